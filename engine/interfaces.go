@@ -1,0 +1,115 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Handler decides the fate of one delivery: a rule set or a compiled Go handler.
+// ctx is cancelled when a stop's grace period (shutdown_timeout) runs out, not at the signal.
+type Handler interface {
+	Handle(ctx context.Context, d *Delivery) Result
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, d *Delivery) Result
+
+func (f HandlerFunc) Handle(ctx context.Context, d *Delivery) Result { return f(ctx, d) }
+
+// Result is a handler's decision plus what it emits. A non-nil Err counts as retry and is logged.
+type Result struct {
+	Outcome Outcome
+	Emits   []Emit
+	Err     error
+}
+
+// Target says where an emitted message goes (SPEC §7 emit blocks).
+type Target struct {
+	Kind  string // "stream", "list", "pubsub" or "record"
+	Redis string // the redis block for Redis kinds; resolved at load time
+	Path  string // record only: a stream file (absolute); empty means stdout
+}
+
+// Emit is one message a handler writes before its delivery is settled.
+type Emit struct {
+	Target  Target
+	Message *Message // Key is the destination key
+}
+
+// Sink writes messages to one target.
+type Sink interface {
+	Publish(ctx context.Context, msgs ...*Message) error
+}
+
+// SinkResolver gives the sink for a target; the engine caches what it returns.
+type SinkResolver func(t Target) (Sink, error)
+
+// Capabilities is what a transport does natively. The settlement policy reads it; nothing else
+// in the engine asks what kind a source is.
+type Capabilities struct {
+	// Ack: the source has a native acknowledgement (XACK, LREM from a processing list), so a
+	// retry copy is always written and acknowledging matters.
+	Ack bool
+	// RetryInPlace: a retry leaves the entry pending to be taken back later (claiming, reclaim).
+	RetryInPlace bool
+	// MinIdle is how long a RetryInPlace entry must sit idle before it is taken back.
+	MinIdle time.Duration
+	// DurableDelay: retry_after is stored durably by the transport (delayed_retry = durable_zset).
+	DurableDelay bool
+	// DeliveryCount: the transport sets Delivery.Attempt from the server's delivery count.
+	DeliveryCount bool
+	// Finite: Receive returns nil at the end of input (file replay, pipe).
+	Finite bool
+}
+
+// Action is what a transport is told to do with a delivery.
+type Action uint8
+
+const (
+	// ActAck acknowledges the original (XACK, LREM, a checkpoint; nothing for forms without one).
+	ActAck Action = iota
+	// ActRequeue writes Copy back to the source's key (or retry_to/out_retry), then acknowledges
+	// the original; atomically where the transport can.
+	ActRequeue
+	// ActLeave leaves the original pending to be taken back (claiming retry). Until HoldUntil the
+	// transport keeps it from looking idle.
+	ActLeave
+	// ActDeadLetter writes Copy to DeadLetterKey in the source's own kind, then acknowledges.
+	ActDeadLetter
+	// ActDelay stores Copy durably until Due, then acknowledges the original (durable_zset).
+	ActDelay
+)
+
+func (a Action) String() string {
+	return [...]string{"ack", "requeue", "leave", "dead_letter", "delay"}[a]
+}
+
+// Settlement is one decided delivery for the transport to execute.
+type Settlement struct {
+	Delivery      *Delivery
+	Action        Action
+	Copy          *Message  // ActRequeue, ActDeadLetter, ActDelay
+	DeadLetterKey string    // ActDeadLetter
+	Due           time.Time // ActDelay
+	HoldUntil     time.Time // ActLeave: keep from looking idle until then (zero: release now)
+}
+
+// Source reads deliveries and executes settlements with its native commands.
+type Source interface {
+	// Receive pushes deliveries into out until ctx ends (returns ctx's error or nil) or, for a
+	// finite source, the input is done (returns nil). It must not run ahead of the channel by
+	// more than one batch. Transient read failures are retried inside with backoff.
+	Receive(ctx context.Context, out chan<- *Delivery) error
+	// Settle executes a batch of settlements, in order per delivery. It is called from one
+	// goroutine per pipeline; it must not use the connection that blocks on reads.
+	Settle(ctx context.Context, batch []Settlement) error
+	// Requeue writes runtime copies (held retry_after copies that came due) back to the source.
+	Requeue(ctx context.Context, msgs []*Message) error
+	Capabilities() Capabilities
+	// Close releases the source after Receive has returned and the last Settle is done.
+	Close() error
+}
+
+// ErrUnsupported is returned by transports asked for what they cannot do.
+var ErrUnsupported = errors.New("unsupported")

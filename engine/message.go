@@ -1,0 +1,73 @@
+// Package engine owns the meaning of a delivery: messages, outcomes, attempt numbers, the
+// max_attempts cap, dead letters, delayed copies, concurrency and graceful shutdown. It decides
+// what happens to a delivery and never speaks a wire command; transports do that.
+package engine
+
+import (
+	"strconv"
+	"time"
+)
+
+// Header names flowrun sets (SPEC §6).
+const (
+	HeaderRetryCount       = "x-retry-count"
+	HeaderDeliveryCount    = "x-delivery-count"
+	HeaderIdleMS           = "x-idle-ms"
+	HeaderDeadLetterReason = "x-dead-letter-reason"
+	HeaderOriginalKey      = "x-original-key"
+	HeaderOriginalID       = "x-original-id"
+	HeaderAttempts         = "x-attempts"
+	HeaderFailedAt         = "x-failed-at"
+)
+
+// Message is what flows through a pipeline (SPEC §3).
+type Message struct {
+	Key     string            // the stream, list, channel or record key it came from
+	ID      string            // stream entry id, record line number, empty elsewhere
+	Headers map[string]string // never nil on a delivery
+	Payload []byte
+}
+
+// Clone returns a deep copy whose headers may be changed freely.
+func (m *Message) Clone() *Message {
+	c := &Message{Key: m.Key, ID: m.ID, Payload: m.Payload}
+	c.Headers = make(map[string]string, len(m.Headers)+1)
+	for k, v := range m.Headers {
+		c.Headers[k] = v
+	}
+	return c
+}
+
+// RetryCount reads x-retry-count; absent or malformed counts as 0.
+func (m *Message) RetryCount() int {
+	n, err := strconv.Atoi(m.Headers[HeaderRetryCount])
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// Delivery is one receipt of a message by a source. The transport fills Message, Token and, where
+// it counts deliveries itself (Capabilities.DeliveryCount), Attempt, DeliveryCount and IdleMS.
+type Delivery struct {
+	Message
+	// Attempt is 1 for a first delivery. The engine sets it from x-retry-count unless the source
+	// counts deliveries natively.
+	Attempt       int
+	DeliveryCount int   // claiming/reclaim: as in the x-delivery-count header
+	IdleMS        int64 // claiming/reclaim: as in the x-idle-ms header
+	// Token is the transport's own handle for settling this delivery (an entry id, the exact
+	// element bytes, a byte offset). The engine never looks inside.
+	Token any
+	// Received is when the source handed the delivery over.
+	Received time.Time
+}
+
+// RetryCopy returns the copy that replaces d on a retry: same key, headers and payload, with
+// x-retry-count one higher than the delivery it replaces (SPEC §5).
+func (d *Delivery) RetryCopy() *Message {
+	c := d.Message.Clone()
+	c.ID = ""
+	c.Headers[HeaderRetryCount] = strconv.Itoa(d.Attempt)
+	return c
+}
