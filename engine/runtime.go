@@ -1,0 +1,303 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Pipeline is one source and one handler with the settlement settings of SPEC §2 and §5.
+type Pipeline struct {
+	Name            string
+	Source          Source
+	Handler         Handler
+	Concurrency     int           // handlers running at once; default runtime.NumCPU()
+	MaxAttempts     int           // 0: no cap
+	DeadLetter      string        // "": none
+	ShutdownTimeout time.Duration // grace for in-flight handlers after a stop; default 30s
+	Logger          zerolog.Logger
+}
+
+// Options are shared by every pipeline of an Engine.
+type Options struct {
+	Sinks   SinkResolver // where emits go; nil: emitting is an error
+	Metrics Metrics      // nil: not counted
+}
+
+// Engine runs pipelines.
+type Engine struct {
+	opts      Options
+	pipelines []*Pipeline
+
+	sinkMu sync.Mutex
+	sinks  map[Target]Sink
+}
+
+// DefaultShutdownTimeout is the grace for in-flight work when a pipeline does not set one.
+const DefaultShutdownTimeout = 30 * time.Second
+
+// New prepares an engine; nothing runs before Run.
+func New(opts Options, pipelines ...*Pipeline) *Engine {
+	if opts.Metrics == nil {
+		opts.Metrics = noMetrics{}
+	}
+	for _, p := range pipelines {
+		if p.Concurrency <= 0 {
+			p.Concurrency = runtime.NumCPU()
+		}
+		if p.ShutdownTimeout <= 0 {
+			p.ShutdownTimeout = DefaultShutdownTimeout
+		}
+	}
+	return &Engine{opts: opts, pipelines: pipelines, sinks: map[Target]Sink{}}
+}
+
+// Ready reports whether every source that can tell is connected.
+func (e *Engine) Ready() bool {
+	for _, p := range e.pipelines {
+		if r, ok := p.Source.(interface{ Ready() bool }); ok && !r.Ready() {
+			return false
+		}
+	}
+	return true
+}
+
+// Run runs every pipeline until ctx is cancelled (a stop signal) or every finite source is done,
+// then drains: in-flight handlers finish within shutdown_timeout, settlements go out, held
+// delayed copies are written. A pipeline that fails stops the others; Run returns its error.
+func (e *Engine) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, p := range e.pipelines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := e.runPipeline(ctx, p); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (e *Engine) sink(t Target) (Sink, error) {
+	e.sinkMu.Lock()
+	defer e.sinkMu.Unlock()
+	if s, ok := e.sinks[t]; ok {
+		return s, nil
+	}
+	if e.opts.Sinks == nil {
+		return nil, fmt.Errorf("engine: no sink for %s emits", t.Kind)
+	}
+	s, err := e.opts.Sinks(t)
+	if err != nil {
+		return nil, err
+	}
+	e.sinks[t] = s
+	return s, nil
+}
+
+// runner is one running pipeline.
+type runner struct {
+	e       *Engine
+	p       *Pipeline
+	policy  Policy
+	log     zerolog.Logger
+	metrics Metrics
+}
+
+func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
+	caps := p.Source.Capabilities()
+	r := &runner{
+		e:       e,
+		p:       p,
+		policy:  Policy{MaxAttempts: p.MaxAttempts, DeadLetter: p.DeadLetter, Caps: caps},
+		log:     p.Logger,
+		metrics: e.opts.Metrics,
+	}
+
+	// grace ends shutdown_timeout after the stop, never before: handlers and settlements use it.
+	grace, endGrace := context.WithCancel(context.WithoutCancel(stop))
+	defer endGrace()
+	go func() {
+		select {
+		case <-stop.Done():
+			t := time.NewTimer(p.ShutdownTimeout)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				endGrace()
+			case <-grace.Done():
+			}
+		case <-grace.Done():
+		}
+	}()
+
+	deliveries := make(chan *Delivery)
+	decisions := make(chan Decision, p.Concurrency)
+	received := make(chan error, 1)
+	go func() {
+		err := p.Source.Receive(stop, deliveries)
+		close(deliveries)
+		received <- err
+	}()
+
+	s := newSettler(r, stop, grace)
+	settled := make(chan struct{})
+	go func() {
+		s.run(decisions)
+		close(settled)
+	}()
+
+	var workers sync.WaitGroup
+	for i := 0; i < p.Concurrency; i++ {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for d := range deliveries {
+				decisions <- r.handle(grace, d)
+			}
+		}()
+	}
+	workers.Wait()
+	close(decisions)
+	<-settled
+
+	err := <-received
+	if cerr := p.Source.Close(); cerr != nil {
+		r.log.Error().Err(cerr).Msg("closing source")
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("pipeline %s: %w", p.Name, err)
+	}
+	r.log.Info().Msg("pipeline stopped")
+	return nil
+}
+
+// handle runs the handler for one delivery and decides its settlement.
+func (r *runner) handle(ctx context.Context, d *Delivery) Decision {
+	if d.Headers == nil {
+		d.Headers = map[string]string{}
+	}
+	if !r.policy.Caps.DeliveryCount {
+		d.Attempt = d.RetryCount() + 1
+	}
+	if dec, ok := r.policy.Before(d, time.Now()); ok {
+		r.logDecision(d, dec, nil)
+		return dec
+	}
+
+	r.metrics.Inflight(r.p.Name, 1)
+	start := time.Now()
+	res := safeHandle(ctx, r.p.Handler, d)
+	r.metrics.HandlerDuration(r.p.Name, time.Since(start))
+	r.metrics.Inflight(r.p.Name, -1)
+
+	if res.Err == nil && len(res.Emits) > 0 {
+		// Emits are written before the delivery is settled: a failure to write them is a retry.
+		if err := r.emit(ctx, res.Emits); err != nil {
+			res.Err = err
+			res.Outcome = Retry()
+		}
+	}
+	if res.Err != nil && (res.Outcome.Kind == KindAck || res.Outcome.Kind == KindDrop) {
+		res.Outcome = Retry()
+	}
+	dec := r.policy.Decide(d, res.Outcome, res.Err, time.Now())
+	r.logDecision(d, dec, res.Err)
+	return dec
+}
+
+func (r *runner) emit(ctx context.Context, emits []Emit) error {
+	// Group consecutive emits to one target into one Publish.
+	for i := 0; i < len(emits); {
+		j := i + 1
+		for j < len(emits) && emits[j].Target == emits[i].Target {
+			j++
+		}
+		sink, err := r.e.sink(emits[i].Target)
+		if err != nil {
+			return fmt.Errorf("emit %s: %w", emits[i].Target.Kind, err)
+		}
+		msgs := make([]*Message, 0, j-i)
+		for _, em := range emits[i:j] {
+			msgs = append(msgs, em.Message)
+		}
+		if err := sink.Publish(ctx, msgs...); err != nil {
+			return fmt.Errorf("emit %s %s: %w", emits[i].Target.Kind, emits[i].Message.Key, err)
+		}
+		i = j
+	}
+	return nil
+}
+
+func (r *runner) logDecision(d *Delivery, dec Decision, err error) {
+	r.metrics.Outcome(r.p.Name, dec.Label)
+	var ev *zerolog.Event
+	switch {
+	case err != nil:
+		ev = r.log.Warn().Err(err)
+		if pe := (*PanicError)(nil); errors.As(err, &pe) {
+			ev = ev.Str("stack", pe.Stack)
+		}
+	case dec.Label == LabelDeadLetter || dec.Label == LabelRejected || dec.Note != "":
+		ev = r.log.Warn()
+	default:
+		ev = r.log.Debug()
+	}
+	if !ev.Enabled() {
+		return
+	}
+	ev = ev.Str(FieldKey, d.Key).Int(FieldAttempt, d.Attempt).Str(FieldOutcome, dec.Label)
+	if d.ID != "" {
+		ev = ev.Str(FieldID, d.ID)
+	}
+	if dec.Note != "" {
+		ev = ev.Str("note", dec.Note)
+	}
+	if !dec.HoldDue.IsZero() {
+		ev = ev.Time("due", dec.HoldDue)
+	}
+	switch {
+	case err != nil:
+		ev.Msg("handler failed")
+	case dec.Label == LabelDeadLetter:
+		ev.Msg("dead-lettered")
+	case dec.Label == LabelRejected:
+		ev.Msg("rejected")
+	default:
+		ev.Msg("settled")
+	}
+}
+
+// PanicError is a handler panic turned into an error; the stack is logged once.
+type PanicError struct {
+	Value any
+	Stack string
+}
+
+func (p *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", p.Value) }
+
+func safeHandle(ctx context.Context, h Handler, d *Delivery) (res Result) {
+	defer func() {
+		if v := recover(); v != nil {
+			res = Result{Outcome: Retry(), Err: &PanicError{Value: v, Stack: string(debug.Stack())}}
+		}
+	}()
+	return h.Handle(ctx, d)
+}
