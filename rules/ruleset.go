@@ -1,0 +1,307 @@
+package rules
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+
+	"github.com/expr-lang/expr/file"
+	"github.com/expr-lang/expr/vm"
+
+	"github.com/flowrun/flowrun/engine"
+)
+
+// Rule is one `rule` block.
+type Rule struct {
+	Name    string
+	When    *Condition   // nil means true
+	Outcome *OutcomeExpr // nil means ack
+	Emits   []EmitSpec
+}
+
+// EmitSpec is one `emit` block of a rule.
+type EmitSpec struct {
+	Target      engine.Target     // resolved by config
+	Key         string            // literal destination key
+	Payload     *Value            // nil: the delivery's payload unchanged
+	Headers     map[string]*Value // results written as strings
+	HeaderOrder []string          // optional: evaluation order of Headers (which error is reported first)
+}
+
+// RuleSet is a pipeline's rules. Rules are tried in order; the first whose When holds decides.
+type RuleSet struct {
+	Rules     []Rule
+	Otherwise *OutcomeExpr // nil: ack when no rule matches
+}
+
+var _ engine.Handler = (*RuleSet)(nil)
+
+// Handle implements engine.Handler. A run-time evaluation error returns retry with Err set.
+func (rs *RuleSet) Handle(_ context.Context, d *engine.Delivery) engine.Result {
+	res, _ := rs.Evaluate(d)
+	return res
+}
+
+// Evaluate is Handle plus the name of the rule that decided ("" when none did). When an
+// expression fails, the name is that of the rule being evaluated ("" for otherwise), and the
+// result is retry with Err naming the rule and the failing part.
+func (rs *RuleSet) Evaluate(d *engine.Delivery) (engine.Result, string) {
+	s := state{d: d}
+	for i := range rs.Rules {
+		r := &rs.Rules[i]
+		if r.When != nil {
+			ok, err := r.When.eval(&s)
+			if err != nil {
+				return failed(r.Name, "when", err), r.Name
+			}
+			if !ok {
+				continue
+			}
+		}
+		out := engine.Ack()
+		if r.Outcome != nil {
+			var err error
+			if out, err = r.Outcome.eval(&s); err != nil {
+				return failed(r.Name, "outcome", err), r.Name
+			}
+		}
+		var emits []engine.Emit
+		if len(r.Emits) > 0 {
+			emits = make([]engine.Emit, 0, len(r.Emits))
+			for j := range r.Emits {
+				e, err := r.Emits[j].build(&s)
+				if err != nil {
+					return failed(r.Name, fmt.Sprintf("emit %d (%s %q)", j+1, r.Emits[j].Target.Kind, r.Emits[j].Key), err), r.Name
+				}
+				emits = append(emits, e)
+			}
+		}
+		return engine.Result{Outcome: out, Emits: emits}, r.Name
+	}
+	if rs.Otherwise != nil {
+		out, err := rs.Otherwise.eval(&s)
+		if err != nil {
+			return engine.Result{Outcome: engine.Retry(), Err: fmt.Errorf("rules: otherwise: %w", err)}, ""
+		}
+		return engine.Result{Outcome: out}, ""
+	}
+	return engine.Result{Outcome: engine.Ack()}, ""
+}
+
+func failed(rule, part string, err error) engine.Result {
+	return engine.Result{Outcome: engine.Retry(), Err: fmt.Errorf("rules: rule %q: %s: %w", rule, part, err)}
+}
+
+// build computes one emitted message.
+func (e *EmitSpec) build(s *state) (engine.Emit, error) {
+	m := &engine.Message{Key: e.Key, Headers: make(map[string]string, len(e.Headers))}
+	if e.Payload == nil {
+		m.Payload = s.d.Payload
+	} else {
+		v, err := e.Payload.run(s)
+		if err != nil {
+			return engine.Emit{}, fmt.Errorf("payload: %w", err)
+		}
+		if m.Payload, err = encodePayload(v); err != nil {
+			return engine.Emit{}, fmt.Errorf("payload: %w", err)
+		}
+	}
+	// HeaderOrder first, so which failing header is reported is deterministic; then any header
+	// it does not list.
+	for _, name := range e.HeaderOrder {
+		if x := e.Headers[name]; x != nil {
+			if err := setHeader(m, s, name, x); err != nil {
+				return engine.Emit{}, err
+			}
+		}
+	}
+	for name, x := range e.Headers {
+		if _, done := m.Headers[name]; done || x == nil {
+			continue
+		}
+		if err := setHeader(m, s, name, x); err != nil {
+			return engine.Emit{}, err
+		}
+	}
+	return engine.Emit{Target: e.Target, Message: m}, nil
+}
+
+func setHeader(m *engine.Message, s *state, name string, x *Value) error {
+	v, err := x.run(s)
+	if err != nil {
+		return fmt.Errorf("header %q: %w", name, err)
+	}
+	if m.Headers[name], err = headerString(v); err != nil {
+		return fmt.Errorf("header %q: %w", name, err)
+	}
+	return nil
+}
+
+// encodePayload writes a string as its bytes and any other value as its JSON text.
+func encodePayload(v any) ([]byte, error) {
+	switch v := v.(type) {
+	case string:
+		return []byte(v), nil
+	case []byte:
+		return bytes.Clone(v), nil
+	}
+	return marshalJSON(v)
+}
+
+// headerString writes a header value: strings as they are, numbers in decimal (no exponent when
+// integral), booleans as true/false, durations and outcomes as Go prints them (1m30s,
+// retry_after(5s)), nil as "", and anything else (arrays, maps) as its JSON text.
+func headerString(v any) (string, error) {
+	switch v := v.(type) {
+	case nil:
+		return "", nil
+	case string:
+		return v, nil
+	case bool:
+		return strconv.FormatBool(v), nil
+	case int:
+		return strconv.Itoa(v), nil
+	case int64:
+		return strconv.FormatInt(v, 10), nil
+	case float64:
+		return formatFloat(v), nil
+	case fmt.Stringer: // durations, outcomes
+		return v.String(), nil
+	}
+	b, err := marshalJSON(v)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+func formatFloat(f float64) string {
+	if f == math.Trunc(f) && math.Abs(f) < 1e21 {
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+// state is one delivery's evaluation: the environment, filled lazily, and its boxed copy.
+type state struct {
+	d                    *engine.Delivery
+	env                  env
+	boxed                any // env boxed by value; rebuilt when a lazy field is filled
+	filled               bool
+	havePayload, haveRaw bool
+}
+
+func (s *state) prepare(p *program) any {
+	if !s.filled {
+		d := s.d
+		s.env = env{
+			Headers:       d.Headers,
+			Key:           d.Key,
+			ID:            d.ID,
+			Attempt:       d.Attempt,
+			DeliveryCount: d.DeliveryCount,
+			IdleMS:        int(d.IdleMS),
+			Ack:           engine.Ack(),
+			Drop:          engine.Drop(),
+			Retry:         engine.Retry(),
+		}
+		s.filled = true
+		s.boxed = nil
+	}
+	if p.usesRaw && !s.haveRaw {
+		s.env.Raw = string(s.d.Payload)
+		s.haveRaw = true
+		s.boxed = nil
+	}
+	if p.usesPayload && !s.havePayload {
+		s.env.Payload = decodePayload(s.d.Payload, &s.env, s.haveRaw)
+		s.havePayload = true
+		s.boxed = nil
+	}
+	if s.boxed == nil {
+		// Boxing by value makes the VM's reflect reads non-addressable, so fetching a string
+		// or int field does not copy it to the heap; one allocation per fill instead of one
+		// per field read.
+		s.boxed = s.env
+	}
+	return s.boxed
+}
+
+// decodePayload returns the JSON value of b, or b as a string when it is not valid JSON.
+func decodePayload(b []byte, e *env, haveRaw bool) any {
+	var v any
+	if len(b) > 0 && json.Unmarshal(b, &v) == nil {
+		return v
+	}
+	if haveRaw {
+		return e.Raw
+	}
+	return string(b)
+}
+
+var vmPool = sync.Pool{New: func() any { return new(vm.VM) }}
+
+func (p *program) run(s *state) (any, error) {
+	envAny := s.prepare(p)
+	m := vmPool.Get().(*vm.VM)
+	out, err := m.Run(p.prog, envAny)
+	vmPool.Put(m)
+	if err != nil {
+		return nil, runError(p.src, err)
+	}
+	return out, nil
+}
+
+func (c *Condition) eval(s *state) (bool, error) {
+	v, err := c.run(s)
+	if err != nil {
+		return false, err
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return false, fmt.Errorf("expected bool, got %s", describe(v))
+	}
+	return b, nil
+}
+
+func (o *OutcomeExpr) eval(s *state) (engine.Outcome, error) {
+	v, err := o.run(s)
+	if err != nil {
+		return engine.Outcome{}, err
+	}
+	out, ok := v.(engine.Outcome)
+	if !ok {
+		return engine.Outcome{}, fmt.Errorf("expected an outcome, got %s", describe(v))
+	}
+	return out, nil
+}
+
+func describe(v any) string {
+	if v == nil {
+		return "nil"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// EvalError is a run-time evaluation error with its 1-based position in the expression text.
+type EvalError struct {
+	Line, Column int
+	Message      string
+	Err          error // expr's own error
+}
+
+func (e *EvalError) Error() string { return fmt.Sprintf("%s (at %d:%d)", e.Message, e.Line, e.Column) }
+func (e *EvalError) Unwrap() error { return e.Err }
+
+func runError(src string, err error) error {
+	fe, ok := err.(*file.Error)
+	if !ok {
+		return err
+	}
+	pos := errorAt(src, fe.From, "")
+	return &EvalError{Line: pos.Line, Column: pos.Column, Message: cleanMessage(fe.Message), Err: err}
+}
