@@ -246,6 +246,24 @@ func (p *patcher) Visit(node *ast.Node) {
 		case "$env":
 			p.usesPayload, p.usesRaw = true, true
 		}
+	case *ast.BinaryNode:
+		// headers is a map of strings, so a missing header reads as "" and `??` would never
+		// apply; users write `headers['x'] ?? 'default'` expecting it to, so an empty header
+		// counts as missing on the left of `??`.
+		if m, ok := n.Left.(*ast.MemberNode); ok && n.Operator == "??" {
+			if id, ok := m.Node.(*ast.IdentifierNode); ok && id.Value == "headers" {
+				loc := m.Location()
+				empty := &ast.StringNode{Value: ""}
+				empty.SetLocation(loc)
+				cond := &ast.BinaryNode{Operator: "==", Left: m, Right: empty}
+				cond.SetLocation(loc)
+				null := &ast.NilNode{}
+				null.SetLocation(loc)
+				c := &ast.ConditionalNode{Cond: cond, Exp1: null, Exp2: m}
+				c.SetLocation(loc)
+				n.Left = c
+			}
+		}
 	case *ast.CallNode:
 		callee, ok := n.Callee.(*ast.IdentifierNode)
 		if !ok {

@@ -1,0 +1,170 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/mattn/go-isatty"
+	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/config"
+	"github.com/flowrun/flowrun/engine"
+)
+
+type runFlags struct {
+	pipelines stringsFlag
+	logFormat string
+	logLevel  string
+	httpAddr  string
+	consumer  string
+}
+
+func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
+	fs := newFlagSet("run", stdio)
+	var f runFlags
+	fs.Var(&f.pipelines, "pipeline", "run only this pipeline (repeatable; default all)")
+	fs.StringVar(&f.logFormat, "log-format", "", "json or console (default json when stderr is not a terminal)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.httpAddr, "http-addr", "", "serve /metrics, /healthz and /readyz on HOST:PORT")
+	fs.StringVar(&f.consumer, "consumer", "", "consumer name for every source (overrides the files)")
+	paths, err := parseArgs(fs, args)
+	if err != nil {
+		return flagExit(err)
+	}
+	logger, err := newLogger(stdio.Err, f.logFormat, f.logLevel)
+	if err != nil {
+		fmt.Fprintf(stdio.Err, "flowrun run: %v\n", err)
+		return ExitConfig
+	}
+
+	cfg := load(paths, config.Options{Consumer: f.consumer}, stdio)
+	if cfg == nil {
+		return ExitConfig
+	}
+	selected, diags := selectPipelines(cfg, f.pipelines)
+	if len(diags) > 0 {
+		config.WriteDiagnostics(stdio.Err, cfg.Files(), diags)
+		return ExitConfig
+	}
+	w := newWiring(cfg, stdio, logger)
+	defer w.close()
+	pipelines, err := w.pipelines(ctx, selected)
+	if err != nil {
+		logger.Error().Err(err).Msg("cannot start")
+		return ExitRuntime
+	}
+
+	metrics := newMetrics()
+	eng := engine.New(engine.Options{Sinks: w.sink, Metrics: metrics}, pipelines...)
+	if f.httpAddr != "" {
+		srv, err := serveHTTP(f.httpAddr, metrics, eng, logger)
+		if err != nil {
+			logger.Error().Err(err).Str("addr", f.httpAddr).Msg("cannot serve http")
+			return ExitRuntime
+		}
+		defer srv.Close()
+	}
+
+	logger.Info().Int("pipelines", len(pipelines)).Msg("flowrun started")
+	if err := eng.Run(ctx); err != nil {
+		logger.Error().Err(err).Msg("flowrun stopped on a failure")
+		return ExitRuntime
+	}
+	logger.Info().Msg("flowrun stopped")
+	return ExitOK
+}
+
+// selectPipelines applies --pipeline and checks what only a run can check: that at most one
+// pipeline reads standard input.
+func selectPipelines(cfg *config.Config, names []string) ([]*config.Pipeline, hcl.Diagnostics) {
+	var diags hcl.Diagnostics
+	selected := cfg.Pipelines
+	if len(names) > 0 {
+		selected = nil
+		for _, n := range names {
+			p := cfg.Pipeline(n)
+			if p == nil {
+				diags = append(diags, &hcl.Diagnostic{
+					Severity: hcl.DiagError,
+					Summary:  "Unknown pipeline",
+					Detail:   fmt.Sprintf("--pipeline %q names no pipeline of the files loaded.", n),
+				})
+				continue
+			}
+			selected = append(selected, p)
+		}
+	}
+	var stdin *config.Pipeline
+	for _, p := range selected {
+		if p.Source.Kind != "pipe" {
+			continue
+		}
+		if stdin != nil {
+			rng := p.Source.DeclRange
+			diags = append(diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "Two pipelines read standard input",
+				Detail:   fmt.Sprintf("Pipeline %q has a pipe source, and so has %q (%s:%d); run one of them with --pipeline.", p.Name, stdin.Name, stdin.Source.DeclRange.Filename, stdin.Source.DeclRange.Start.Line),
+				Subject:  &rng,
+			})
+			continue
+		}
+		stdin = p
+	}
+	return selected, diags
+}
+
+func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil || level == "" || lvl > zerolog.ErrorLevel || lvl < zerolog.DebugLevel {
+		return zerolog.Nop(), fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	if format == "" {
+		format = "json"
+		if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
+			format = "console"
+		}
+	}
+	switch format {
+	case "json":
+	case "console":
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	default:
+		return zerolog.Nop(), fmt.Errorf("--log-format %q: want json or console", format)
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+func serveHTTP(addr string, m *promMetrics, eng *engine.Engine, log zerolog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !eng.Ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("http server failed")
+		}
+	}()
+	log.Info().Str("addr", ln.Addr().String()).Msg("serving metrics and health")
+	return srv, nil
+}

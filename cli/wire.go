@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/codec"
+	"github.com/flowrun/flowrun/config"
+	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/plugins"
+	"github.com/flowrun/flowrun/transports/file"
+	"github.com/flowrun/flowrun/transports/pipe"
+)
+
+// wiring turns a validated configuration into running parts: sources, handlers, sinks and the
+// Redis clients behind them. It owns what it creates and closes it last.
+type wiring struct {
+	cfg    *config.Config
+	stdio  Stdio
+	log    zerolog.Logger
+	stdout *codec.LineWriter
+
+	mu      sync.Mutex
+	closers []func() error
+}
+
+func newWiring(cfg *config.Config, stdio Stdio, log zerolog.Logger) *wiring {
+	return &wiring{cfg: cfg, stdio: stdio, log: log, stdout: codec.NewLineWriter(stdio.Out)}
+}
+
+func (w *wiring) pipelines(ctx context.Context, selected []*config.Pipeline) ([]*engine.Pipeline, error) {
+	out := make([]*engine.Pipeline, 0, len(selected))
+	for _, p := range selected {
+		log := w.log.With().Str(engine.FieldPipeline, p.Name).Str(engine.FieldSource, p.Source.Kind).Logger()
+		src, err := w.source(p, log)
+		if err != nil {
+			return nil, fmt.Errorf("pipeline %s: %w", p.Name, err)
+		}
+		var h engine.Handler = p.Rules
+		if p.Handler != nil {
+			h, err = p.Handler.Plugin.New(ctx, p.Handler.Config, plugins.Env{Pipeline: p.Name, Logger: log.With().Str("handler", p.Handler.Name).Logger()})
+			if err != nil {
+				return nil, fmt.Errorf("pipeline %s: handler %s: %w", p.Name, p.Handler.Name, err)
+			}
+			if c, ok := h.(interface{ Close() error }); ok {
+				w.onClose(c.Close)
+			}
+		}
+		out = append(out, &engine.Pipeline{
+			Name:            p.Name,
+			Source:          src,
+			Handler:         h,
+			Concurrency:     p.Concurrency,
+			MaxAttempts:     p.MaxAttempts,
+			DeadLetter:      p.DeadLetter,
+			ShutdownTimeout: p.ShutdownTimeout,
+			Logger:          log,
+		})
+	}
+	return out, nil
+}
+
+func (w *wiring) source(p *config.Pipeline, log zerolog.Logger) (engine.Source, error) {
+	s := p.Source
+	switch s.Kind {
+	case config.KindFile:
+		return file.New(file.Options{Path: s.Path, Key: s.Key, Follow: s.Follow, Checkpoint: s.Checkpoint, Batch: s.Batch}, log)
+	case config.KindPipe:
+		return pipe.New(pipe.Options{Key: s.Key, OutRetry: p.OutRetry, Batch: s.Batch}, w.stdio.In, w.stdout, log), nil
+	}
+	return w.redisSource(p, log)
+}
+
+// sink resolves an emit target (engine.SinkResolver); the engine caches the result.
+func (w *wiring) sink(t engine.Target) (engine.Sink, error) {
+	if t.Kind == "record" {
+		if t.Path == "" {
+			return codec.NewRecordSink(w.stdout), nil
+		}
+		a, err := codec.OpenFileAppender(t.Path)
+		if err != nil {
+			return nil, err
+		}
+		w.onClose(a.Close)
+		return a, nil
+	}
+	return w.redisSink(t)
+}
+
+func (w *wiring) onClose(f func() error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closers = append(w.closers, f)
+}
+
+// close releases everything in reverse order of creation: Redis clients last.
+func (w *wiring) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := len(w.closers) - 1; i >= 0; i-- {
+		if err := w.closers[i](); err != nil {
+			w.log.Warn().Err(err).Msg("closing")
+		}
+	}
+	w.closers = nil
+}

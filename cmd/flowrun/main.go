@@ -1,0 +1,9 @@
+// Command flowrun runs declarative pipelines described in HCL files. See README.md.
+package main
+
+import (
+	"github.com/flowrun/flowrun/cli"
+	_ "github.com/flowrun/flowrun/plugins" // the built-in Go handlers
+)
+
+func main() { cli.Main() }

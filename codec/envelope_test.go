@@ -1,0 +1,79 @@
+package codec
+
+import (
+	"maps"
+	"testing"
+
+	"github.com/flowrun/flowrun/engine"
+)
+
+func TestDecodeEnvelope(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		headers map[string]string
+		payload string
+	}{
+		{"payload only", `{"payload":"x"}`, map[string]string{}, "x"},
+		{"headers and object payload", `{"headers":{"a":"b"},"payload":{"n": 1}}`, map[string]string{"a": "b"}, `{"n":1}`},
+		{"number payload", ` {"payload" : 2 } `, map[string]string{}, "2"},
+		{"escaped payload", `{"payload":"\"q\"\n"}`, map[string]string{}, "\"q\"\n"},
+		{"empty headers", `{"headers":{},"payload":null}`, map[string]string{}, "null"},
+		{"other member: bare", `{"payload":1,"x":2}`, map[string]string{}, `{"payload":1,"x":2}`},
+		{"no payload: bare", `{"headers":{"a":"b"}}`, map[string]string{}, `{"headers":{"a":"b"}}`},
+		{"header not a string: bare", `{"headers":{"a":1},"payload":1}`, map[string]string{}, `{"headers":{"a":1},"payload":1}`},
+		{"headers null: bare", `{"headers":null,"payload":1}`, map[string]string{}, `{"headers":null,"payload":1}`},
+		{"plain object: bare", `{"id":7}`, map[string]string{}, `{"id":7}`},
+		{"empty object: bare", `{}`, map[string]string{}, `{}`},
+		{"text: bare", `hello`, map[string]string{}, `hello`},
+		{"array: bare", `[{"payload":1}]`, map[string]string{}, `[{"payload":1}]`},
+		{"broken json: bare", `{"payload":`, map[string]string{}, `{"payload":`},
+		{"empty: bare", ``, map[string]string{}, ``},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, p := DecodeEnvelope([]byte(tt.in))
+			if h == nil || !maps.Equal(h, tt.headers) {
+				t.Errorf("headers = %#v, want %#v", h, tt.headers)
+			}
+			if string(p) != tt.payload {
+				t.Errorf("payload = %q, want %q", p, tt.payload)
+			}
+		})
+	}
+}
+
+func TestEncodeEnvelope(t *testing.T) {
+	tests := []struct {
+		name string
+		m    engine.Message
+		want string
+	}{
+		{"bare text", engine.Message{Payload: []byte("hello")}, "hello"},
+		{"bare json kept as is", engine.Message{Payload: []byte(`{"id": 7}`)}, `{"id": 7}`},
+		{"empty headers bare", engine.Message{Headers: map[string]string{}, Payload: []byte("x")}, "x"},
+		{"headers text", engine.Message{Headers: map[string]string{"x-retry-count": "1"}, Payload: []byte("hello")}, `{"headers":{"x-retry-count":"1"},"payload":"hello"}`},
+		{"headers json", engine.Message{Headers: map[string]string{"b": "2", "a": "1"}, Payload: []byte(`{"id": 7}`)}, `{"headers":{"a":"1","b":"2"},"payload":{"id":7}}`},
+		{"envelope-looking payload wrapped", engine.Message{Payload: []byte(`{"payload":1}`)}, `{"payload":{"payload":1}}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := EncodeEnvelope(&tt.m)
+			if string(got) != tt.want {
+				t.Fatalf("EncodeEnvelope = %s, want %s", got, tt.want)
+			}
+			h, p := DecodeEnvelope(got)
+			wantH := tt.m.Headers
+			if wantH == nil {
+				wantH = map[string]string{}
+			}
+			if !maps.Equal(h, wantH) {
+				t.Errorf("decoded headers = %v, want %v", h, wantH)
+			}
+			// JSON payloads come back compacted when they travel inside an envelope.
+			if len(tt.m.Headers) == 0 && string(p) != string(tt.m.Payload) {
+				t.Errorf("decoded payload = %q, want %q", p, tt.m.Payload)
+			}
+		})
+	}
+}

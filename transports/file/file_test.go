@@ -1,0 +1,684 @@
+package file
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/engine"
+)
+
+func init() { pollInterval = 5 * time.Millisecond }
+
+// logBuffer collects zerolog JSON lines from several goroutines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) entries(t *testing.T) []map[string]any {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var e map[string]any
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func appendFile(t *testing.T, path, content string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(content); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func open(t *testing.T, opts Options) (*Source, *logBuffer) {
+	t.Helper()
+	var logs logBuffer
+	s, err := New(opts, zerolog.New(&logs))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, &logs
+}
+
+// receiver runs Receive in a goroutine on an unbuffered channel.
+type receiver struct {
+	ch     chan *engine.Delivery
+	done   chan error
+	cancel context.CancelFunc
+}
+
+func receive(s *Source) *receiver {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &receiver{ch: make(chan *engine.Delivery), done: make(chan error, 1), cancel: cancel}
+	go func() { r.done <- s.Receive(ctx, r.ch) }()
+	return r
+}
+
+// next waits for the next delivery; it fails when Receive returns instead.
+func (r *receiver) next(t *testing.T) *engine.Delivery {
+	t.Helper()
+	select {
+	case d := <-r.ch:
+		return d
+	case err := <-r.done:
+		t.Fatalf("Receive returned %v, want a delivery", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no delivery within 5s")
+	}
+	return nil
+}
+
+// end waits for Receive to return; it fails on a further delivery.
+func (r *receiver) end(t *testing.T) error {
+	t.Helper()
+	select {
+	case d := <-r.ch:
+		t.Fatalf("unexpected delivery id %s key %s payload %s", d.ID, d.Key, d.Payload)
+	case err := <-r.done:
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatal("Receive did not return within 5s")
+	}
+	return nil
+}
+
+// drain receives every delivery of a finite source until Receive returns nil.
+func drain(t *testing.T, s *Source) []*engine.Delivery {
+	t.Helper()
+	r := receive(s)
+	var got []*engine.Delivery
+	for {
+		select {
+		case d := <-r.ch:
+			got = append(got, d)
+		case err := <-r.done:
+			if err != nil {
+				t.Fatalf("Receive: %v", err)
+			}
+			return got
+		case <-time.After(5 * time.Second):
+			t.Fatal("Receive did not return within 5s")
+		}
+	}
+}
+
+func ids(ds []*engine.Delivery) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.ID
+	}
+	return out
+}
+
+const sample = `{"key":"a","headers":{"h":"1"},"payload":{"n":1}}
+{"key":"b","payload":"two"}
+
+{"key":"a","payload":"three"}
+not json
+{"key":"a","payload":4}
+`
+
+func TestReplay(t *testing.T) {
+	tests := []struct {
+		name     string
+		key      string
+		ids      []string
+		keys     []string
+		payloads []string
+	}{
+		{"every key", "", []string{"1", "2", "4", "6"}, []string{"a", "b", "a", "a"}, []string{`{"n":1}`, "two", "three", "4"}},
+		{"key filter", "a", []string{"1", "4", "6"}, []string{"a", "a", "a"}, []string{`{"n":1}`, "three", "4"}},
+		{"no match", "zzz", []string{}, []string{}, []string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "in.jsonl")
+			writeFile(t, path, sample)
+			s, _ := open(t, Options{Path: path, Key: tt.key})
+			if c := s.Capabilities(); c != (engine.Capabilities{Finite: true}) {
+				t.Errorf("Capabilities = %+v", c)
+			}
+			got := drain(t, s)
+			if g := ids(got); !equalStrings(g, tt.ids) {
+				t.Fatalf("ids = %v, want %v", g, tt.ids)
+			}
+			for i, d := range got {
+				if d.Key != tt.keys[i] || string(d.Payload) != tt.payloads[i] || d.Headers == nil {
+					t.Errorf("delivery %s = %s %q %v", d.ID, d.Key, d.Payload, d.Headers)
+				}
+			}
+			if len(got) > 0 && !maps.Equal(got[0].Headers, map[string]string{"h": "1"}) {
+				t.Errorf("headers = %v", got[0].Headers)
+			}
+			if s.Malformed() != 1 {
+				t.Errorf("Malformed = %d, want 1", s.Malformed())
+			}
+		})
+	}
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestMalformedLinesLogged(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in.jsonl")
+	writeFile(t, path, `{"key":"a","payload":1}
+{"key":"a","payload":
+[1,2]
+{"key":7}
+{"key":"a","headers":{"n":1}}
+{"key":"a","payload":6}
+`)
+	s, logs := open(t, Options{Path: path})
+	got := drain(t, s)
+	if g := ids(got); !equalStrings(g, []string{"1", "6"}) {
+		t.Fatalf("ids = %v, want [1 6]", g)
+	}
+	want := map[float64]string{
+		2: "malformed record: not JSON",
+		3: "malformed record: not a JSON object",
+		4: "malformed record: key is not a string",
+		5: "malformed record: headers are not an object of strings",
+	}
+	seen := map[float64]string{}
+	for _, e := range logs.entries(t) {
+		if e["level"] != "warn" {
+			continue
+		}
+		if e["message"] != "malformed record skipped" || e["path"] != path {
+			t.Errorf("log entry %v", e)
+		}
+		seen[e["line"].(float64)] = e["error"].(string)
+	}
+	if !maps.Equal(seen, want) {
+		t.Fatalf("logged %v, want %v", seen, want)
+	}
+	if s.Malformed() != 4 {
+		t.Errorf("Malformed = %d, want 4", s.Malformed())
+	}
+}
+
+func TestLastLineWithoutNewline(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in.jsonl")
+	writeFile(t, path, `{"key":"a","payload":1}`+"\n"+`{"key":"a","payload":2}`)
+	s, _ := open(t, Options{Path: path})
+	got := drain(t, s)
+	if g := ids(got); !equalStrings(g, []string{"1", "2"}) || string(got[1].Payload) != "2" {
+		t.Fatalf("ids = %v", g)
+	}
+	// A copy appended now starts on a line of its own.
+	if err := s.Requeue(context.Background(), []*engine.Message{{Key: "a", Payload: []byte("3")}}); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"key":"a","payload":1}` + "\n" + `{"key":"a","payload":2}` + "\n" + `{"key":"a","payload":3}` + "\n"
+	if got := readFile(t, path); got != want {
+		t.Fatalf("file =\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestMissingFile(t *testing.T) {
+	_, err := New(Options{Path: filepath.Join(t.TempDir(), "nope.jsonl")}, zerolog.Nop())
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("err = %v, want ErrNotExist", err)
+	}
+}
+
+// fileOffset reads the read handle's offset (kernel state, safe while Receive reads).
+func fileOffset(t *testing.T, s *Source) int64 {
+	off, err := s.f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return off
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestFollow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in.jsonl")
+	writeFile(t, path, `{"key":"a","payload":1}`+"\n")
+	s, _ := open(t, Options{Path: path, Follow: true})
+	if s.Capabilities().Finite {
+		t.Fatal("a followed file must not be finite")
+	}
+	r := receive(s)
+	if d := r.next(t); d.ID != "1" {
+		t.Fatalf("first id %s", d.ID)
+	}
+
+	appendFile(t, path, `{"key":"a","payload":2}`+"\n"+`{"key":"b","payload":3}`+"\n")
+	for _, want := range []string{"2", "3"} {
+		if d := r.next(t); d.ID != want || string(d.Payload) != want {
+			t.Fatalf("got id %s payload %s, want %s", d.ID, d.Payload, want)
+		}
+	}
+
+	// A line written in two parts is read once, whole.
+	first := `{"key":"a","payload":{"half":`
+	appendFile(t, path, first)
+	size := int64(len(readFile(t, path)))
+	waitFor(t, "the reader to reach the unfinished line", func() bool { return fileOffset(t, s) == size })
+	appendFile(t, path, `"done"}}`+"\n")
+	d := r.next(t)
+	if d.ID != "4" || string(d.Payload) != `{"half":"done"}` {
+		t.Fatalf("got id %s payload %s", d.ID, d.Payload)
+	}
+	if s.Malformed() != 0 {
+		t.Fatalf("Malformed = %d, want 0", s.Malformed())
+	}
+
+	r.cancel()
+	if err := r.end(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Receive = %v, want context.Canceled", err)
+	}
+}
+
+func TestSettleAppends(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in.jsonl")
+	orig := `{"key":"orders","payload":{"id":1}}` + "\n" + `{"key":"orders","payload":{"id":2}}` + "\n" + `{"key":"orders","payload":{"id":3}}` + "\n"
+	writeFile(t, path, orig)
+	s, _ := open(t, Options{Path: path})
+	got := drain(t, s) // the whole replay first: the appends below come after its end
+	if len(got) != 3 {
+		t.Fatalf("%d deliveries", len(got))
+	}
+	for _, d := range got {
+		d.Attempt = 1
+	}
+	retry := got[0].RetryCopy()
+	dead := got[1].Message.Clone()
+	dead.Headers[engine.HeaderDeadLetterReason] = "boom"
+	dead.Headers[engine.HeaderOriginalID] = got[1].ID
+
+	err := s.Settle(context.Background(), []engine.Settlement{
+		{Delivery: got[0], Action: engine.ActRequeue, Copy: retry},
+		{Delivery: got[1], Action: engine.ActDeadLetter, Copy: dead, DeadLetterKey: "orders.dlq"},
+		{Delivery: got[2], Action: engine.ActAck},
+	})
+	if err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	if got[1].Key != "orders" || dead.Key != "orders" {
+		t.Fatal("Settle changed the caller's messages")
+	}
+	err = s.Requeue(context.Background(), []*engine.Message{{Key: "orders", Headers: map[string]string{"x-retry-count": "2"}, Payload: []byte("late")}})
+	if err != nil {
+		t.Fatalf("Requeue: %v", err)
+	}
+	want := orig +
+		`{"key":"orders","headers":{"x-retry-count":"1"},"payload":{"id":1}}` + "\n" +
+		`{"key":"orders.dlq","headers":{"x-dead-letter-reason":"boom","x-original-id":"2"},"payload":{"id":2}}` + "\n" +
+		`{"key":"orders","headers":{"x-retry-count":"2"},"payload":"late"}` + "\n"
+	if g := readFile(t, path); g != want {
+		t.Fatalf("file =\n%s\nwant\n%s", g, want)
+	}
+
+	for _, act := range []engine.Action{engine.ActLeave, engine.ActDelay} {
+		err := s.Settle(context.Background(), []engine.Settlement{{Delivery: got[0], Action: act, Copy: retry}})
+		if !errors.Is(err, engine.ErrUnsupported) {
+			t.Errorf("%s: err = %v, want ErrUnsupported", act, err)
+		}
+	}
+	if g := readFile(t, path); g != want {
+		t.Fatalf("unsupported settlements wrote to the file:\n%s", g)
+	}
+}
+
+// A copy appended while the replay has not reached the end of the file is read in this replay.
+func TestCopyAppendedBeforeEOFIsRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in.jsonl")
+	writeFile(t, path, `{"key":"k","payload":1}`+"\n"+`{"key":"k","payload":2}`+"\n"+`{"key":"k","payload":3}`+"\n")
+	s, _ := open(t, Options{Path: path})
+	r := receive(s)
+	d1 := r.next(t)
+	d1.Attempt = 1
+	// The reader is blocked handing over line 2 at most, far from the end of the file.
+	if err := s.Settle(context.Background(), []engine.Settlement{{Delivery: d1, Action: engine.ActRequeue, Copy: d1.RetryCopy()}}); err != nil {
+		t.Fatal(err)
+	}
+	var got []*engine.Delivery
+	for range 3 {
+		got = append(got, r.next(t))
+	}
+	if err := r.end(t); err != nil {
+		t.Fatalf("Receive = %v", err)
+	}
+	if g := ids(got); !equalStrings(g, []string{"2", "3", "4"}) {
+		t.Fatalf("ids = %v, want [2 3 4]", g)
+	}
+	if c := got[2]; string(c.Payload) != "1" || c.Headers[engine.HeaderRetryCount] != "1" {
+		t.Fatalf("copy = %q %v", c.Payload, c.Headers)
+	}
+}
+
+func readCheckpoint(t *testing.T, path string) string {
+	t.Helper()
+	return strings.TrimSpace(readFile(t, path))
+}
+
+func TestCheckpointOutOfOrder(t *testing.T) {
+	dir := t.TempDir()
+	path, cpPath := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "in.checkpoint")
+	lines := []string{
+		`{"key":"k","payload":1}`, // line 1, bytes 0-24
+		`{"key":"k","payload":2}`, // line 2, 24-48
+		`{"key":"x","payload":0}`, // line 3, other key
+		`{"key":"k","payload":4}`, // line 4, 72-96
+		`garbage`,                 // line 5
+		`{"key":"k","payload":6}`, // line 6, 104-128
+		`{"key":"k","payload":7}`, // line 7, 128-152
+	}
+	writeFile(t, path, strings.Join(lines, "\n")+"\n")
+	opts := Options{Path: path, Key: "k", Checkpoint: cpPath}
+	ctx := context.Background()
+
+	s1, _ := open(t, opts)
+	got := drain(t, s1)
+	if g := ids(got); !equalStrings(g, []string{"1", "2", "4", "6", "7"}) {
+		t.Fatalf("ids = %v", g)
+	}
+	byID := map[string]*engine.Delivery{}
+	for _, d := range got {
+		byID[d.ID] = d
+	}
+	ack := func(s *Source, ids ...string) {
+		t.Helper()
+		var b []engine.Settlement
+		for _, id := range ids {
+			b = append(b, engine.Settlement{Delivery: byID[id], Action: engine.ActAck})
+		}
+		if err := s.Settle(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	steps := []struct {
+		ack  []string
+		want string
+	}{
+		{[]string{"4", "2"}, `{"offset":0,"line":0,"settled":[[2,4]]}`},
+		{[]string{"7"}, `{"offset":0,"line":0,"settled":[[2,4],[7,7]]}`},
+		{[]string{"1"}, `{"offset":104,"line":5,"settled":[[7,7]]}`},
+	}
+	for _, st := range steps {
+		ack(s1, st.ack...)
+		if g := readCheckpoint(t, cpPath); g != st.want {
+			t.Fatalf("after acking %v checkpoint = %s, want %s", st.ack, g, st.want)
+		}
+	}
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A restart that stops before reading anything keeps what it was told.
+	s2, _ := open(t, opts)
+	if err := s2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if g := readCheckpoint(t, cpPath); g != steps[2].want {
+		t.Fatalf("checkpoint after an idle restart = %s", g)
+	}
+
+	// A restart delivers only the unsettled record 6, with its line number, not 7.
+	s3, _ := open(t, opts)
+	got = drain(t, s3)
+	if g := ids(got); !equalStrings(g, []string{"6"}) || string(got[0].Payload) != "6" {
+		t.Fatalf("after restart ids = %v", g)
+	}
+	// Closed with 6 still in flight: 7 stays listed as settled.
+	if err := s3.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if g := readCheckpoint(t, cpPath); g != `{"offset":104,"line":5,"settled":[[7,7]]}` {
+		t.Fatalf("checkpoint = %s", g)
+	}
+
+	s4, _ := open(t, opts)
+	got = drain(t, s4)
+	if g := ids(got); !equalStrings(g, []string{"6"}) {
+		t.Fatalf("ids = %v", g)
+	}
+	byID["6"] = got[0]
+	ack(s4, "6")
+	if g := readCheckpoint(t, cpPath); g != `{"offset":152,"line":7}` {
+		t.Fatalf("checkpoint = %s", g)
+	}
+	s4.Close()
+
+	// New records after the end are numbered on from the checkpoint.
+	appendFile(t, path, `{"key":"k","payload":8}`+"\n")
+	s5, _ := open(t, opts)
+	got = drain(t, s5)
+	if g := ids(got); !equalStrings(g, []string{"8"}) {
+		t.Fatalf("ids = %v", g)
+	}
+}
+
+// Records interrupted mid-replay: the one never handed over is not counted as settled.
+func TestCheckpointCancelledReplay(t *testing.T) {
+	dir := t.TempDir()
+	path, cpPath := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "cp")
+	writeFile(t, path, `{"key":"k","payload":1}`+"\n"+`{"key":"k","payload":2}`+"\n"+`{"key":"k","payload":3}`+"\n")
+	opts := Options{Path: path, Checkpoint: cpPath}
+	s1, _ := open(t, opts)
+	r := receive(s1)
+	d1 := r.next(t)
+	r.cancel()
+	if err := r.end(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Receive = %v", err)
+	}
+	if err := s1.Settle(context.Background(), []engine.Settlement{{Delivery: d1, Action: engine.ActAck}}); err != nil {
+		t.Fatal(err)
+	}
+	s1.Close()
+	if g := readCheckpoint(t, cpPath); g != `{"offset":24,"line":1}` {
+		t.Fatalf("checkpoint = %s", g)
+	}
+	s2, _ := open(t, opts)
+	if g := ids(drain(t, s2)); !equalStrings(g, []string{"2", "3"}) {
+		t.Fatalf("ids = %v", g)
+	}
+}
+
+// Copies appended after a last line without a newline keep their line numbers across a restart.
+func TestCheckpointAfterLineWithoutNewline(t *testing.T) {
+	dir := t.TempDir()
+	path, cpPath := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "cp")
+	writeFile(t, path, `{"key":"k","payload":1}`)
+	opts := Options{Path: path, Checkpoint: cpPath}
+	s1, _ := open(t, opts)
+	got := drain(t, s1)
+	got[0].Attempt = 1
+	if err := s1.Settle(context.Background(), []engine.Settlement{{Delivery: got[0], Action: engine.ActRequeue, Copy: got[0].RetryCopy()}}); err != nil {
+		t.Fatal(err)
+	}
+	s1.Close()
+	if g := readCheckpoint(t, cpPath); g != `{"offset":23,"line":1}` {
+		t.Fatalf("checkpoint = %s", g)
+	}
+	s2, _ := open(t, opts)
+	got = drain(t, s2)
+	if g := ids(got); !equalStrings(g, []string{"2"}) || got[0].Headers[engine.HeaderRetryCount] != "1" {
+		t.Fatalf("ids = %v", g)
+	}
+}
+
+func TestCheckpointRejected(t *testing.T) {
+	tests := []struct {
+		name, checkpoint, want string
+	}{
+		{"beyond the end", `{"offset":999,"line":3}`, "truncated or replaced"},
+		{"inside a line", `{"offset":5,"line":0}`, "line boundary"},
+		{"not json", `12 x`, "is not"},
+		{"negative", `{"offset":-1,"line":0}`, "is not"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path, cpPath := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "cp")
+			writeFile(t, path, `{"key":"k","payload":1}`+"\n"+`{"key":"k","payload":2}`+"\n")
+			writeFile(t, cpPath, tt.checkpoint)
+			_, err := New(Options{Path: path, Checkpoint: cpPath}, zerolog.Nop())
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// Every read of the checkpoint, at any moment, finds a whole one; no temporary file is left.
+func TestCheckpointAtomic(t *testing.T) {
+	dir := t.TempDir()
+	path, cpPath := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "cp")
+	var sb strings.Builder
+	const n = 300
+	for range n {
+		sb.WriteString(`{"key":"k","payload":"` + strings.Repeat("p", 50) + `"}` + "\n")
+	}
+	writeFile(t, path, sb.String())
+	s, _ := open(t, Options{Path: path, Checkpoint: cpPath})
+	got := drain(t, s)
+
+	stop := make(chan struct{})
+	readerDone := make(chan error)
+	go func() {
+		reads := 0
+		for {
+			select {
+			case <-stop:
+				if reads == 0 {
+					readerDone <- errors.New("checkpoint never read")
+				}
+				readerDone <- nil
+				return
+			default:
+			}
+			b, err := os.ReadFile(cpPath)
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			var cp checkpoint
+			if err == nil {
+				err = json.Unmarshal(b, &cp)
+			}
+			if err != nil {
+				readerDone <- err
+				return
+			}
+			reads++
+		}
+	}()
+	for i := range got { // one batch per record, in reverse: many distinct checkpoints
+		d := got[len(got)-1-i]
+		if err := s.Settle(context.Background(), []engine.Settlement{{Delivery: d, Action: engine.ActAck}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	if err := <-readerDone; err != nil {
+		t.Fatalf("reader: %v", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if !equalStrings(names, []string{"cp", "in.jsonl"}) {
+		t.Fatalf("folder holds %v", names)
+	}
+	st, err := os.Stat(cpPath)
+	if err != nil || st.Mode().Perm() != 0o644 {
+		t.Fatalf("checkpoint mode %v, %v", st.Mode(), err)
+	}
+	if g := readCheckpoint(t, cpPath); g != `{"offset":22500,"line":300}` {
+		t.Fatalf("checkpoint = %s", g)
+	}
+}
+
+// A followed file's checkpoint moves over skipped lines while idle.
+func TestFollowCheckpointIdle(t *testing.T) {
+	dir := t.TempDir()
+	path, cpPath := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "cp")
+	writeFile(t, path, `{"key":"other","payload":1}`+"\n"+`{"key":"other","payload":2}`+"\n")
+	s, _ := open(t, Options{Path: path, Key: "k", Follow: true, Checkpoint: cpPath})
+	r := receive(s)
+	waitFor(t, "an idle checkpoint", func() bool {
+		b, _ := os.ReadFile(cpPath)
+		return strings.TrimSpace(string(b)) == `{"offset":56,"line":2}`
+	})
+	r.cancel()
+	if err := r.end(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Receive = %v", err)
+	}
+}

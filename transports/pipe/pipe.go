@@ -1,0 +1,214 @@
+// Package pipe is the pipe source (SPEC §2, §3): records (package codec) on an input stream,
+// standard input in practice. Deliveries have no id; malformed lines are logged with their line
+// number and skipped. Retry copies leave on the output stream under Options.OutRetry, dead
+// letters under their dead-letter key, through the codec.LineWriter that record emits share, so
+// lines never interleave.
+package pipe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/codec"
+	"github.com/flowrun/flowrun/engine"
+)
+
+// DefaultBatch is how many decoded records may wait ahead of the engine when Options.Batch is 0.
+const DefaultBatch = 100
+
+// Options configure a pipe source.
+type Options struct {
+	Key      string // records of this key only; "" = every key
+	OutRetry string // the key retry copies are written under (out_retry)
+	Batch    int    // records read ahead of the engine at most; 0 = DefaultBatch
+}
+
+// Source is the pipe source. Receive is called once: the input is consumed.
+type Source struct {
+	opts      Options
+	in        io.Reader
+	out       *codec.LineWriter
+	log       zerolog.Logger
+	malformed atomic.Int64
+}
+
+var _ engine.Source = (*Source)(nil)
+
+// New returns a pipe source reading records from in and writing copies to out.
+func New(opts Options, in io.Reader, out *codec.LineWriter, log zerolog.Logger) *Source {
+	if opts.Batch <= 0 {
+		opts.Batch = DefaultBatch
+	}
+	return &Source{opts: opts, in: in, out: out, log: log}
+}
+
+// Capabilities: the input ends; nothing is acknowledged natively.
+func (s *Source) Capabilities() engine.Capabilities { return engine.Capabilities{Finite: true} }
+
+// Malformed returns how many malformed lines were skipped so far.
+func (s *Source) Malformed() int64 { return s.malformed.Load() }
+
+type item struct {
+	d   *engine.Delivery
+	err error
+}
+
+// Receive sends the records of the input to out and returns nil at its end. A read blocked on
+// the input cannot be interrupted, so reading happens in a goroutine and Receive returns as
+// soon as ctx ends; that goroutine finishes at the next line or the end of the input.
+func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error {
+	// Together with the record in the reader's hand, at most one batch runs ahead.
+	items := make(chan item, s.opts.Batch-1)
+	stop := make(chan struct{})
+	defer close(stop)
+	go s.read(items, stop)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case it, ok := <-items:
+			if !ok {
+				return nil
+			}
+			if it.err != nil {
+				return it.err
+			}
+			select {
+			case out <- it.d:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+// read decodes the input into items until its end (then closes items), a read error, or stop.
+func (s *Source) read(items chan<- item, stop <-chan struct{}) {
+	lr := codec.NewLineReader(s.in, codec.MaxLineSize)
+	var n int64
+	send := func(it item) bool {
+		select {
+		case items <- it:
+			return true
+		case <-stop:
+			return false
+		}
+	}
+	for {
+		line, _, err := lr.Next()
+		if errors.Is(err, io.EOF) {
+			if lr.Pending() == 0 {
+				close(items)
+				return
+			}
+			line, _, err = lr.TakePending() // a last line without a newline
+		} else if err != nil && !errors.Is(err, codec.ErrLineTooLong) {
+			send(item{err: fmt.Errorf("pipe: read: %w", err)})
+			return
+		}
+		n++
+		if d := s.decode(n, line, err); d != nil && !send(item{d: d}) {
+			return
+		}
+	}
+}
+
+// decode turns line n into a delivery, or nil when it is skipped.
+func (s *Source) decode(n int64, line []byte, lineErr error) *engine.Delivery {
+	if lineErr == nil && blank(line) {
+		return nil
+	}
+	var m engine.Message
+	if lineErr == nil {
+		m, lineErr = codec.DecodeRecord(line)
+	}
+	if lineErr != nil {
+		s.malformed.Add(1)
+		s.log.Warn().Int64("line", n).Err(lineErr).Msg("malformed record skipped")
+		return nil
+	}
+	if s.opts.Key != "" && m.Key != s.opts.Key {
+		return nil
+	}
+	return &engine.Delivery{Message: m, Received: time.Now()}
+}
+
+func blank(line []byte) bool {
+	for _, c := range line {
+		if c != ' ' && c != '\t' && c != '\r' {
+			return false
+		}
+	}
+	return true
+}
+
+// Settle writes the batch's copies in one write: retry copies under OutRetry, dead letters
+// under their key. Acknowledging is nothing on a pipe.
+func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
+	var (
+		errs []error
+		out  []*engine.Message
+	)
+	for _, st := range batch {
+		var key string
+		switch st.Action {
+		case engine.ActAck:
+			continue
+		case engine.ActRequeue:
+			if s.opts.OutRetry == "" {
+				errs = append(errs, fmt.Errorf("pipe: retry copy without out_retry: %w", engine.ErrUnsupported))
+				continue
+			}
+			key = s.opts.OutRetry
+		case engine.ActDeadLetter:
+			if st.DeadLetterKey == "" {
+				errs = append(errs, errors.New("pipe: dead letter without a key"))
+				continue
+			}
+			key = st.DeadLetterKey
+		default:
+			errs = append(errs, fmt.Errorf("pipe: %s: %w", st.Action, engine.ErrUnsupported))
+			continue
+		}
+		if st.Copy == nil {
+			errs = append(errs, fmt.Errorf("pipe: %s without a copy", st.Action))
+			continue
+		}
+		c := *st.Copy
+		c.Key = key
+		out = append(out, &c)
+	}
+	if err := s.out.WriteRecords(out...); err != nil {
+		errs = append(errs, fmt.Errorf("pipe: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Requeue writes runtime copies that came due under OutRetry.
+func (s *Source) Requeue(ctx context.Context, msgs []*engine.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if s.opts.OutRetry == "" {
+		return fmt.Errorf("pipe: retry copy without out_retry: %w", engine.ErrUnsupported)
+	}
+	out := make([]*engine.Message, len(msgs))
+	for i, m := range msgs {
+		c := *m
+		c.Key = s.opts.OutRetry
+		out[i] = &c
+	}
+	if err := s.out.WriteRecords(out...); err != nil {
+		return fmt.Errorf("pipe: %w", err)
+	}
+	return nil
+}
+
+// Close does nothing: the input and output belong to the caller.
+func (s *Source) Close() error { return nil }

@@ -1,0 +1,238 @@
+package pipe
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"maps"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/codec"
+	"github.com/flowrun/flowrun/engine"
+)
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// run drains a source until Receive returns.
+func run(t *testing.T, s *Source) ([]*engine.Delivery, error) {
+	t.Helper()
+	ch := make(chan *engine.Delivery)
+	done := make(chan error, 1)
+	go func() { done <- s.Receive(context.Background(), ch) }()
+	var got []*engine.Delivery
+	for {
+		select {
+		case d := <-ch:
+			got = append(got, d)
+		case err := <-done:
+			return got, err
+		case <-time.After(5 * time.Second):
+			t.Fatal("Receive did not return within 5s")
+		}
+	}
+}
+
+func TestReceive(t *testing.T) {
+	input := `{"key":"a","headers":{"h":"1"},"payload":{"n":1}}
+{"key":"b","payload":"two"}
+
+not json
+{"key":"a","payload":[3]}
+{"key":5}
+{"key":"a","payload":"last"}`
+	tests := []struct {
+		name     string
+		key      string
+		payloads []string
+	}{
+		{"every key", "", []string{`{"n":1}`, "two", "[3]", "last"}},
+		{"key filter", "a", []string{`{"n":1}`, "[3]", "last"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs syncBuffer
+			s := New(Options{Key: tt.key, OutRetry: "r", Batch: 2}, strings.NewReader(input), codec.NewLineWriter(io.Discard), zerolog.New(&logs))
+			if c := s.Capabilities(); c != (engine.Capabilities{Finite: true}) {
+				t.Errorf("Capabilities = %+v", c)
+			}
+			got, err := run(t, s)
+			if err != nil {
+				t.Fatalf("Receive = %v, want nil at EOF", err)
+			}
+			var payloads []string
+			for _, d := range got {
+				payloads = append(payloads, string(d.Payload))
+				if d.ID != "" || d.Headers == nil {
+					t.Errorf("delivery id %q headers %v", d.ID, d.Headers)
+				}
+			}
+			if strings.Join(payloads, "|") != strings.Join(tt.payloads, "|") {
+				t.Fatalf("payloads = %v, want %v", payloads, tt.payloads)
+			}
+			if !maps.Equal(got[0].Headers, map[string]string{"h": "1"}) || got[0].Key != "a" {
+				t.Errorf("first = %s %v", got[0].Key, got[0].Headers)
+			}
+			// Malformed lines 4 and 6 are logged with their line numbers.
+			var lines []float64
+			for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+				var e map[string]any
+				if err := json.Unmarshal([]byte(l), &e); err != nil {
+					t.Fatal(err)
+				}
+				if e["level"] == "warn" && e["message"] == "malformed record skipped" {
+					lines = append(lines, e["line"].(float64))
+				}
+			}
+			if len(lines) != 2 || lines[0] != 4 || lines[1] != 6 {
+				t.Fatalf("malformed lines logged: %v, want [4 6]", lines)
+			}
+			if s.Malformed() != 2 {
+				t.Errorf("Malformed = %d", s.Malformed())
+			}
+		})
+	}
+}
+
+func TestReadError(t *testing.T) {
+	boom := errors.New("boom")
+	in := io.MultiReader(strings.NewReader(`{"key":"a","payload":1}`+"\n"), errReader{boom})
+	s := New(Options{}, in, codec.NewLineWriter(io.Discard), zerolog.Nop())
+	got, err := run(t, s)
+	if len(got) != 1 || !errors.Is(err, boom) {
+		t.Fatalf("got %d deliveries, err %v", len(got), err)
+	}
+}
+
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+// A read that blocks forever does not keep Receive from returning on cancellation.
+func TestCancelWhileReadBlocks(t *testing.T) {
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	s := New(Options{}, pr, codec.NewLineWriter(io.Discard), zerolog.Nop())
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan *engine.Delivery)
+	done := make(chan error, 1)
+	go func() { done <- s.Receive(ctx, ch) }()
+	if _, err := pw.Write([]byte(`{"key":"a","payload":1}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-ch:
+		if string(d.Payload) != "1" {
+			t.Fatalf("payload %s", d.Payload)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no delivery")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Receive = %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Receive did not return after cancel")
+	}
+}
+
+// A cancellation while the engine does not take the delivery also returns.
+func TestCancelWhileSending(t *testing.T) {
+	s := New(Options{}, strings.NewReader(`{"key":"a","payload":1}`+"\n"), codec.NewLineWriter(io.Discard), zerolog.Nop())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Receive(ctx, make(chan *engine.Delivery)) }()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Receive = %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Receive did not return after cancel")
+	}
+}
+
+func TestSettle(t *testing.T) {
+	var out bytes.Buffer
+	s := New(Options{OutRetry: "orders.retry"}, strings.NewReader(""), codec.NewLineWriter(&out), zerolog.Nop())
+	d1 := &engine.Delivery{Message: engine.Message{Key: "orders", Headers: map[string]string{}, Payload: []byte(`{"id":1}`)}, Attempt: 1}
+	d2 := &engine.Delivery{Message: engine.Message{Key: "orders", Headers: map[string]string{"h": "v"}, Payload: []byte("text")}, Attempt: 3}
+	d3 := &engine.Delivery{Message: engine.Message{Key: "orders", Headers: map[string]string{}, Payload: []byte("3")}, Attempt: 1}
+	dead := d2.Message.Clone()
+	dead.Headers[engine.HeaderDeadLetterReason] = "boom"
+	retry := d1.RetryCopy()
+
+	err := s.Settle(context.Background(), []engine.Settlement{
+		{Delivery: d1, Action: engine.ActRequeue, Copy: retry},
+		{Delivery: d2, Action: engine.ActDeadLetter, Copy: dead, DeadLetterKey: "orders.dlq"},
+		{Delivery: d3, Action: engine.ActAck},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if retry.Key != "orders" || dead.Key != "orders" {
+		t.Fatal("Settle changed the caller's copies")
+	}
+	if err := s.Requeue(context.Background(), []*engine.Message{{Key: "orders", Headers: map[string]string{"x-retry-count": "2"}, Payload: []byte("late")}}); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"key":"orders.retry","headers":{"x-retry-count":"1"},"payload":{"id":1}}` + "\n" +
+		`{"key":"orders.dlq","headers":{"h":"v","x-dead-letter-reason":"boom"},"payload":"text"}` + "\n" +
+		`{"key":"orders.retry","headers":{"x-retry-count":"2"},"payload":"late"}` + "\n"
+	if out.String() != want {
+		t.Fatalf("stdout =\n%s\nwant\n%s", out.String(), want)
+	}
+
+	out.Reset()
+	for _, act := range []engine.Action{engine.ActLeave, engine.ActDelay} {
+		if err := s.Settle(context.Background(), []engine.Settlement{{Delivery: d1, Action: act, Copy: retry}}); !errors.Is(err, engine.ErrUnsupported) {
+			t.Errorf("%s: err = %v, want ErrUnsupported", act, err)
+		}
+	}
+	if err := s.Settle(context.Background(), []engine.Settlement{{Delivery: d1, Action: engine.ActAck}}); err != nil {
+		t.Fatal(err)
+	}
+	if out.Len() != 0 {
+		t.Fatalf("wrote %q for settlements that write nothing", out.String())
+	}
+}
+
+func TestNoOutRetry(t *testing.T) {
+	var out bytes.Buffer
+	s := New(Options{}, strings.NewReader(""), codec.NewLineWriter(&out), zerolog.Nop())
+	d := &engine.Delivery{Message: engine.Message{Key: "k", Headers: map[string]string{}}, Attempt: 1}
+	if err := s.Settle(context.Background(), []engine.Settlement{{Delivery: d, Action: engine.ActRequeue, Copy: d.RetryCopy()}}); !errors.Is(err, engine.ErrUnsupported) {
+		t.Fatalf("Settle = %v", err)
+	}
+	if err := s.Requeue(context.Background(), []*engine.Message{{Key: "k"}}); !errors.Is(err, engine.ErrUnsupported) {
+		t.Fatalf("Requeue = %v", err)
+	}
+	if out.Len() != 0 {
+		t.Fatalf("wrote %q", out.String())
+	}
+}
