@@ -1,0 +1,269 @@
+package config
+
+import (
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/plugins"
+	"github.com/flowrun/flowrun/rules"
+)
+
+// Source kinds (SPEC §2).
+const (
+	KindStream   = "stream"
+	KindClaiming = "claiming"
+	KindReclaim  = "reclaim"
+	KindList     = "list"
+	KindPubSub   = "pubsub"
+	KindFile     = "file"
+	KindPipe     = "pipe"
+)
+
+// Emit kinds (SPEC §7).
+const (
+	EmitStream = "stream"
+	EmitList   = "list"
+	EmitPubSub = "pubsub"
+	EmitRecord = "record"
+)
+
+// delayed_retry values (SPEC §5).
+const (
+	DelayedRetryRuntime     = "runtime"
+	DelayedRetryDurableZSet = "durable_zset"
+)
+
+// Defaults (SPEC §2).
+const (
+	DefaultBatch           = 100
+	DefaultBlock           = time.Second
+	DefaultStart           = "0"
+	DefaultShutdownTimeout = 30 * time.Second
+)
+
+// Options tune a load.
+type Options struct {
+	// Hostname is the default consumer name of stream and list sources; "" means os.Hostname().
+	Hostname string
+	// Consumer, when set, overrides every source's consumer name, written or defaulted
+	// (`flowrun run --consumer`); a list's default processing key follows it.
+	Consumer string
+}
+
+// Config is a loaded, validated configuration.
+type Config struct {
+	Redis     []*Redis
+	Pipelines []*Pipeline
+	Tests     []*Test
+
+	files map[string]*hcl.File
+}
+
+// Files returns the sources of the files read, keyed by file name, for snippets.
+func (c *Config) Files() map[string]*hcl.File {
+	if c == nil {
+		return nil
+	}
+	return c.files
+}
+
+// Pipeline returns the pipeline with that name, or nil.
+func (c *Config) Pipeline(name string) *Pipeline {
+	for _, p := range c.Pipelines {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// RedisBlock returns the redis block with that name, or nil.
+func (c *Config) RedisBlock(name string) *Redis {
+	for _, r := range c.Redis {
+		if r.Name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+// Redis is a `redis "NAME"` block: exactly one of URL, Cluster or Sentinel is set.
+type Redis struct {
+	Name     string
+	URL      string   // redis://, rediss:// or unix://
+	Cluster  []string // host:port seeds of a Redis Cluster
+	Sentinel *Sentinel
+	Username string
+	Password string
+	TLS      *TLS
+	// DeclRange is the block's header (`redis "main"`).
+	DeclRange hcl.Range
+}
+
+// Sentinel is a redis block's `sentinel {}`.
+type Sentinel struct {
+	Master   string
+	Addrs    []string
+	Username string
+	Password string
+}
+
+// TLS is a redis block's `tls {}`. File paths are absolute, resolved relative to the HCL file.
+type TLS struct {
+	CAFile             string
+	CertFile           string
+	KeyFile            string
+	ServerName         string
+	InsecureSkipVerify bool
+}
+
+// Pipeline is a `pipeline "NAME"` block, with every default applied.
+type Pipeline struct {
+	Name            string
+	File            string // the HCL file that declared it
+	Source          *Source
+	Concurrency     int           // default runtime.NumCPU()
+	MaxAttempts     int           // 0: no cap
+	DeadLetter      string        // "": none
+	DelayedRetry    string        // DelayedRetryRuntime (default) or DelayedRetryDurableZSet
+	DelayKey        string        // durable_zset only; default "<stream>:delayed"
+	ShutdownTimeout time.Duration // default 30s
+	OutRetry        string        // pipe only (required there)
+	RetryTo         string        // pubsub with patterns only
+	Rules           *rules.RuleSet
+	Handler         *Handler
+	// CanRetry is true when a rule's outcome or the otherwise expression may produce retry or
+	// retry_after (judged from the names the expression uses), and always for a Go handler.
+	CanRetry  bool
+	DeclRange hcl.Range
+
+	emitRefs []emitRef // emits whose redis block is resolved in the merge pass
+}
+
+// Source is a pipeline's `source "KIND"` block, with every default applied.
+type Source struct {
+	Kind  string // KindStream, KindClaiming, ...
+	Redis string // the redis block's name (Redis kinds only), resolved at load time
+
+	// stream, claiming, reclaim
+	Stream   string
+	Group    string // default: the pipeline's name
+	Consumer string // default: the host name (also list)
+	Start    string // "0" (default) or "$"
+	MinIdle  time.Duration
+
+	Batch int           // default 100 (stream sources, list)
+	Block time.Duration // default 1s (stream sources, list)
+
+	// list (Key also file and pipe: "" means every key)
+	Key        string
+	Reliable   bool   // default true
+	Processing string // reliable lists; default "<key>:processing:<consumer>"
+
+	// pubsub: exactly one of them
+	Channels []string
+	Patterns []string
+
+	// file: absolute paths, resolved relative to the HCL file
+	Path       string
+	Follow     bool
+	Checkpoint string
+
+	DeclRange hcl.Range
+
+	redisRange hcl.Range // the redis attribute's value, for an unknown name
+}
+
+// IsRedis reports whether the source reads from Redis.
+func (s *Source) IsRedis() bool { return isRedisKind(s.Kind) }
+
+// IsStream reports whether the source is a stream source (stream, claiming, reclaim).
+func (s *Source) IsStream() bool { return isStreamKind(s.Kind) }
+
+// NaturalKey is the key messages of this source usually carry: the stream, the list key, the
+// only channel, or the file/pipe key filter ("" when there is none).
+func (s *Source) NaturalKey() string {
+	switch s.Kind {
+	case KindStream, KindClaiming, KindReclaim:
+		return s.Stream
+	case KindPubSub:
+		if len(s.Channels) == 1 {
+			return s.Channels[0]
+		}
+		return ""
+	}
+	return s.Key
+}
+
+// Handler is a pipeline's `handler "NAME"` block: a compiled Go handler and its decoded config.
+type Handler struct {
+	Name      string
+	Plugin    plugins.Plugin
+	Config    any // what Plugin.Decode returned
+	DeclRange hcl.Range
+}
+
+// Test is a `test "NAME"` block (SPEC §9).
+type Test struct {
+	Name     string
+	Pipeline string
+	Message  TestMessage
+	Expect   TestExpect
+	// ExpectRange is the expect block's header, where a failure is reported.
+	ExpectRange hcl.Range
+	DeclRange   hcl.Range
+
+	keySet        bool      // message key written; else it defaults to the source's NaturalKey
+	pipelineRange hcl.Range // the pipeline attribute's value
+}
+
+// TestMessage is a test's `message {}`. Key defaults to the source's NaturalKey.
+type TestMessage struct {
+	Key     string
+	Payload []byte // a string as its bytes, any other value as its JSON text
+	Headers map[string]string
+	Attempt int // default 1
+}
+
+// TestExpect is a test's `expect {}`.
+type TestExpect struct {
+	// Outcome is the outcome as written: "drop", "retry_after('5s')".
+	Outcome string
+	// Want is Outcome parsed, to compare with what the rules return.
+	Want engine.Outcome
+	// Emits are the expected emits, in order; HasEmits says whether `emits` was written at all
+	// (`emits = []` asserts that nothing is emitted).
+	Emits    []TestEmit
+	HasEmits bool
+}
+
+// TestEmit is one expected emit: `{ kind = "stream", key = "done", payload = "..." }`.
+type TestEmit struct {
+	Kind string
+	Key  string
+	// Payload is a string as written, or any other value as its JSON text (compact, object keys
+	// sorted); the runner should compare JSON payloads as JSON.
+	Payload    string
+	HasPayload bool
+}
+
+type emitRef struct {
+	rule, emit int    // indexes into Rules.Rules and their Emits
+	name       string // the redis attribute as written; "" when absent
+	nameRange  hcl.Range
+	declRange  hcl.Range
+}
+
+func isRedisKind(kind string) bool {
+	switch kind {
+	case KindStream, KindClaiming, KindReclaim, KindList, KindPubSub:
+		return true
+	}
+	return false
+}
+
+func isStreamKind(kind string) bool {
+	return kind == KindStream || kind == KindClaiming || kind == KindReclaim
+}

@@ -1,0 +1,80 @@
+package config
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclwrite"
+)
+
+// WriteDiagnostics prints each diagnostic as `FILE:LINE:COL: error: SUMMARY: DETAIL` (or
+// `warning:`), then, when the file is known, the offending source line and a caret line under
+// the subject (`^~~~` spanning it on that line); blocks are separated by a blank line.
+// files may be nil. Write errors are ignored: there is nowhere left to report them.
+func WriteDiagnostics(w io.Writer, files map[string]*hcl.File, diags hcl.Diagnostics) {
+	bw := bufio.NewWriter(w)
+	for i, d := range diags {
+		if i > 0 {
+			bw.WriteString("\n")
+		}
+		sev := "error"
+		if d.Severity == hcl.DiagWarning {
+			sev = "warning"
+		}
+		msg := d.Summary
+		if d.Detail != "" {
+			msg += ": " + d.Detail
+		}
+		if d.Subject == nil {
+			fmt.Fprintf(bw, "%s: %s\n", sev, msg)
+			continue
+		}
+		s := d.Subject
+		fmt.Fprintf(bw, "%s:%d:%d: %s: %s\n", s.Filename, s.Start.Line, s.Start.Column, sev, msg)
+		if f := files[s.Filename]; f != nil {
+			writeSnippet(bw, f.Bytes, *s)
+		}
+	}
+	bw.Flush() // a failing writer (a closed stderr) leaves nothing better to do
+}
+
+// writeSnippet prints the line holding rng's start and a caret line under rng (up to the end of
+// that line). Tabs before the subject are kept so that the caret lines up.
+func writeSnippet(w io.StringWriter, src []byte, rng hcl.Range) {
+	start := rng.Start.Byte
+	if start < 0 || start > len(src) {
+		return
+	}
+	lineStart := strings.LastIndexByte(string(src[:start]), '\n') + 1
+	lineEnd := len(src)
+	if i := strings.IndexByte(string(src[start:]), '\n'); i >= 0 {
+		lineEnd = start + i
+	}
+	line := strings.TrimRight(string(src[lineStart:lineEnd]), "\r")
+	w.WriteString(line + "\n")
+
+	var caret strings.Builder
+	for _, r := range string(src[lineStart:start]) {
+		if r == '\t' {
+			caret.WriteByte('\t')
+		} else {
+			caret.WriteByte(' ')
+		}
+	}
+	end := min(max(rng.End.Byte, start), lineStart+len(line))
+	n := utf8.RuneCount(src[min(start, end):end])
+	caret.WriteByte('^')
+	for i := 1; i < n; i++ {
+		caret.WriteByte('~')
+	}
+	w.WriteString(caret.String() + "\n")
+}
+
+// Format rewrites src in canonical HCL layout (`flowrun fmt`).
+func Format(src []byte) []byte {
+	return hclwrite.Format(src)
+}

@@ -1,0 +1,93 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"unicode/utf8"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/function"
+	"github.com/zclconf/go-cty/cty/function/stdlib"
+)
+
+// evalContext is the one curated set of functions available in every attribute (SPEC §2).
+// There are no variables. file() reads relative to dir, the directory of the calling file.
+func evalContext(dir string) *hcl.EvalContext {
+	return &hcl.EvalContext{
+		Functions: map[string]function.Function{
+			"env":        envFunc,
+			"file":       fileFunc(dir),
+			"jsonencode": stdlib.JSONEncodeFunc,
+		},
+	}
+}
+
+// envFunc is env(NAME) or env(NAME, DEFAULT). An unset variable without a default is an error
+// reported at the NAME argument; a set but empty variable is returned as is.
+var envFunc = function.New(&function.Spec{
+	Description: "Returns the value of an environment variable, or DEFAULT when it is unset.",
+	Params:      []function.Parameter{{Name: "name", Type: cty.String}},
+	VarParam:    &function.Parameter{Name: "default", Type: cty.String},
+	Type:        function.StaticReturnType(cty.String),
+	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+		if len(args) > 2 {
+			return cty.NilVal, function.NewArgErrorf(2, "env takes a name and at most one default")
+		}
+		for i, a := range args {
+			if a.IsNull() {
+				return cty.NilVal, function.NewArgErrorf(i, "must not be null")
+			}
+		}
+		name := args[0].AsString()
+		if name == "" {
+			return cty.NilVal, function.NewArgErrorf(0, "the variable name is empty")
+		}
+		if v, ok := os.LookupEnv(name); ok {
+			return cty.StringVal(v), nil
+		}
+		if len(args) == 2 {
+			return args[1], nil
+		}
+		return cty.NilVal, function.NewArgErrorf(0, "environment variable %q is not set and no default is given", name)
+	},
+})
+
+// fileFunc is file(PATH): the contents of a UTF-8 text file, PATH relative to dir.
+func fileFunc(dir string) function.Function {
+	return function.New(&function.Spec{
+		Description: "Returns the contents of a file, relative to the calling configuration file.",
+		Params:      []function.Parameter{{Name: "path", Type: cty.String}},
+		Type:        function.StaticReturnType(cty.String),
+		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+			if args[0].IsNull() {
+				return cty.NilVal, function.NewArgErrorf(0, "must not be null")
+			}
+			rel := args[0].AsString()
+			b, err := os.ReadFile(resolvePath(dir, rel))
+			if err != nil {
+				// Only the reason: the absolute path would add noise to the message.
+				reason := err.Error()
+				var pe *fs.PathError
+				if errors.As(err, &pe) {
+					reason = pe.Err.Error()
+				}
+				return cty.NilVal, function.NewArgErrorf(0, "cannot read %q: %s", rel, reason)
+			}
+			if !utf8.Valid(b) {
+				return cty.NilVal, function.NewArgErrorf(0, "%q is not valid UTF-8 text", rel)
+			}
+			return cty.StringVal(string(b)), nil
+		},
+	})
+}
+
+// resolvePath makes p absolute, relative to dir when it is not already.
+func resolvePath(dir, p string) string {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(dir, p)
+}

@@ -1,0 +1,373 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
+)
+
+// Load reads each PATH (a .hcl file, or a folder read non-recursively in name order, all *.hcl;
+// no paths means "."), decodes and validates everything. diags holds every problem at once,
+// sorted by file (in load order) and position. The Config is usable only when diags has no
+// errors, but its Files are always set so that diagnostics can be printed with snippets.
+func Load(paths []string, opts Options) (*Config, hcl.Diagnostics) {
+	if len(paths) == 0 {
+		paths = []string{"."}
+	}
+	p := newParser(opts)
+	names, diags := collectFiles(paths)
+
+	var decoded []*fileConfig
+	complete := true // every file parsed: cross-file references can be judged
+	for _, name := range names {
+		fc, ds := p.loadFile(name)
+		diags = append(diags, ds...)
+		if fc == nil {
+			complete = false
+			continue
+		}
+		decoded = append(decoded, fc)
+	}
+	cfg, ds := merge(decoded, complete)
+	diags = append(diags, ds...)
+	cfg.files = p.p.Files()
+	sortDiagnostics(diags, names)
+	return cfg, diags
+}
+
+// parser keeps every file it read, for snippets.
+type parser struct {
+	p        *hclparse.Parser
+	consumer string // default consumer name of sources
+	override bool   // consumer overrides names written in sources
+}
+
+func newParser(opts Options) *parser {
+	p := &parser{p: hclparse.NewParser(), consumer: opts.Hostname}
+	if opts.Consumer != "" {
+		p.consumer, p.override = opts.Consumer, true
+	}
+	if p.consumer == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			h = "flowrun"
+		}
+		p.consumer = h
+	}
+	return p
+}
+
+// collectFiles expands PATHs into file names, folders non-recursively in name order, each file
+// once.
+func collectFiles(paths []string) ([]string, hcl.Diagnostics) {
+	var names []string
+	var diags hcl.Diagnostics
+	seen := map[string]bool{}
+	add := func(name string) {
+		key := name
+		if abs, err := filepath.Abs(name); err == nil {
+			key = abs
+		}
+		if !seen[key] {
+			seen[key] = true
+			names = append(names, name)
+		}
+	}
+	for _, path := range paths {
+		st, err := os.Stat(path)
+		if err != nil {
+			diags = append(diags, pathDiag(path, "Cannot read configuration", fmt.Sprintf("%s.", statReason(err))))
+			continue
+		}
+		if !st.IsDir() {
+			add(path)
+			continue
+		}
+		entries, err := os.ReadDir(path) // sorted by name
+		if err != nil {
+			diags = append(diags, pathDiag(path, "Cannot read configuration", fmt.Sprintf("%s.", statReason(err))))
+			continue
+		}
+		n := 0
+		for _, e := range entries {
+			if e.IsDir() || !strings.HasSuffix(e.Name(), ".hcl") {
+				continue
+			}
+			add(filepath.Join(path, e.Name()))
+			n++
+		}
+		if n == 0 {
+			diags = append(diags, pathDiag(path, "No configuration files", "The folder holds no .hcl files."))
+		}
+	}
+	return names, diags
+}
+
+func statReason(err error) string {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// pathDiag is a problem with a whole path: its subject is the path's first position.
+func pathDiag(path, summary, detail string) *hcl.Diagnostic {
+	start := hcl.Pos{Line: 1, Column: 1}
+	return &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  summary,
+		Detail:   detail,
+		Subject:  &hcl.Range{Filename: path, Start: start, End: start},
+	}
+}
+
+// loadFile reads, parses and decodes one file. It returns nil when the file cannot be read or
+// has syntax errors: decoding a broken body would only add confusing follow-on errors.
+func (p *parser) loadFile(name string) (*fileConfig, hcl.Diagnostics) {
+	src, err := os.ReadFile(name)
+	if err != nil {
+		return nil, hcl.Diagnostics{pathDiag(name, "Cannot read configuration", statReason(err)+".")}
+	}
+	f, diags := p.p.ParseHCL(src, name)
+	if diags.HasErrors() || f == nil {
+		return nil, diags
+	}
+	dir := filepath.Dir(name)
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	d := &fileDecoder{
+		filename: name,
+		dir:      dir,
+		src:      f.Bytes,
+		ctx:      evalContext(dir),
+		consumer: p.consumer,
+		override: p.override,
+	}
+	fc, ds := d.decodeFile(f.Body)
+	return fc, append(diags, ds...)
+}
+
+// fileDecoder decodes the blocks of one file.
+type fileDecoder struct {
+	filename string
+	dir      string // absolute; relative paths in the file are resolved against it
+	src      []byte
+	ctx      *hcl.EvalContext
+	consumer string
+	override bool
+}
+
+// fileConfig is what one file declares, before the merge.
+type fileConfig struct {
+	redis     []*Redis
+	pipelines []*Pipeline
+	tests     []*Test
+}
+
+var rootSchema = &hcl.BodySchema{
+	Blocks: []hcl.BlockHeaderSchema{
+		{Type: "redis", LabelNames: []string{"name"}},
+		{Type: "pipeline", LabelNames: []string{"name"}},
+		{Type: "test", LabelNames: []string{"name"}},
+	},
+}
+
+func (d *fileDecoder) decodeFile(body hcl.Body) (*fileConfig, hcl.Diagnostics) {
+	fc := &fileConfig{}
+	content, diags := body.Content(rootSchema)
+	for _, block := range content.Blocks {
+		diags = append(diags, checkName(block)...)
+		switch block.Type {
+		case "redis":
+			r, ds := d.decodeRedisBlock(block)
+			diags = append(diags, ds...)
+			if r != nil {
+				fc.redis = append(fc.redis, r)
+			}
+		case "pipeline":
+			pl, ds := d.decodePipelineBlock(block)
+			diags = append(diags, ds...)
+			if pl != nil {
+				fc.pipelines = append(fc.pipelines, pl)
+			}
+		case "test":
+			t, ds := d.decodeTestBlock(block)
+			diags = append(diags, ds...)
+			if t != nil {
+				fc.tests = append(fc.tests, t)
+			}
+		}
+	}
+	return fc, diags
+}
+
+// checkName rejects an empty block name, which nothing could refer to.
+func checkName(block *hcl.Block) hcl.Diagnostics {
+	if len(block.Labels) == 1 && strings.TrimSpace(block.Labels[0]) == "" {
+		return hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Invalid name",
+			Detail:   fmt.Sprintf("A %s block needs a non-empty name.", block.Type),
+			Subject:  block.LabelRanges[0].Ptr(),
+		}}
+	}
+	return nil
+}
+
+// merge joins the files: duplicate names are reported at the later declaration, then references
+// between blocks are resolved. With complete false (a file did not parse) unresolved references
+// are not reported, as they may well be declared in the broken file.
+func merge(files []*fileConfig, complete bool) (*Config, hcl.Diagnostics) {
+	cfg := &Config{}
+	var diags hcl.Diagnostics
+
+	redis := map[string]*Redis{}
+	pipelines := map[string]*Pipeline{}
+	tests := map[string]*Test{}
+	for _, fc := range files {
+		for _, r := range fc.redis {
+			if prev, dup := redis[r.Name]; dup {
+				diags = append(diags, duplicate("redis", r.Name, r.DeclRange, prev.DeclRange))
+				continue
+			}
+			redis[r.Name] = r
+			cfg.Redis = append(cfg.Redis, r)
+		}
+		for _, pl := range fc.pipelines {
+			if prev, dup := pipelines[pl.Name]; dup {
+				diags = append(diags, duplicate("pipeline", pl.Name, pl.DeclRange, prev.DeclRange))
+				continue
+			}
+			pipelines[pl.Name] = pl
+			cfg.Pipelines = append(cfg.Pipelines, pl)
+		}
+		for _, t := range fc.tests {
+			if prev, dup := tests[t.Name]; dup {
+				diags = append(diags, duplicate("test", t.Name, t.DeclRange, prev.DeclRange))
+				continue
+			}
+			tests[t.Name] = t
+			cfg.Tests = append(cfg.Tests, t)
+		}
+	}
+	if !complete {
+		return cfg, diags
+	}
+
+	res := redisResolver{byName: redis}
+	for _, r := range cfg.Redis {
+		res.names = append(res.names, r.Name)
+	}
+	for _, pl := range cfg.Pipelines {
+		diags = append(diags, res.resolvePipeline(pl)...)
+	}
+	for _, t := range cfg.Tests {
+		diags = append(diags, resolveTest(t, pipelines)...)
+	}
+	return cfg, diags
+}
+
+func duplicate(kind, name string, rng, prev hcl.Range) *hcl.Diagnostic {
+	return &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  fmt.Sprintf("Duplicate %s block", kind),
+		Detail:   fmt.Sprintf("%s %q was already declared at %s.", kind, name, where(prev)),
+		Subject:  rng.Ptr(),
+	}
+}
+
+// redisResolver resolves `redis = "NAME"` references and the default redis block.
+type redisResolver struct {
+	byName map[string]*Redis
+	names  []string // in declaration order
+}
+
+// resolve returns the redis block named, or the only one when name is "".
+// what and rng describe the referring block, for diagnostics.
+func (r redisResolver) resolve(name string, nameRange, blockRange hcl.Range, what string) (string, hcl.Diagnostics) {
+	if name != "" {
+		if _, ok := r.byName[name]; ok {
+			return name, nil
+		}
+		detail := fmt.Sprintf("There is no redis block named %q.", name)
+		if s := didYouMean(name, r.names); s != "" {
+			detail += s
+		} else if len(r.names) > 0 {
+			detail += fmt.Sprintf(" Declared: %s.", quoteList(r.names, "and"))
+		}
+		return "", hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Unknown redis block", Detail: detail, Subject: nameRange.Ptr()}}
+	}
+	switch len(r.names) {
+	case 1:
+		return r.names[0], nil
+	case 0:
+		return "", hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Missing redis block",
+			Detail:   fmt.Sprintf("%s needs Redis, but no redis block is declared.", what),
+			Subject:  blockRange.Ptr(),
+		}}
+	}
+	return "", hcl.Diagnostics{{
+		Severity: hcl.DiagError,
+		Summary:  "Missing required argument",
+		Detail: fmt.Sprintf("%s needs the argument \"redis\": there are several redis blocks (%s) and none is named.",
+			what, quoteList(r.names, "and")),
+		Subject: blockRange.Ptr(),
+	}}
+}
+
+func (r redisResolver) resolvePipeline(pl *Pipeline) hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	src := pl.Source
+	if src == nil {
+		return nil
+	}
+	if src.IsRedis() {
+		name, ds := r.resolve(src.Redis, src.redisRange, src.DeclRange, fmt.Sprintf("A %s source", src.Kind))
+		diags = append(diags, ds...)
+		src.Redis = name
+	}
+	for _, ref := range pl.emitRefs {
+		target := &pl.Rules.Rules[ref.rule].Emits[ref.emit].Target
+		switch {
+		case ref.name == "" && src.IsRedis():
+			// The source's own redis block; if that did not resolve, it is reported already.
+			target.Redis = src.Redis
+		default:
+			name, ds := r.resolve(ref.name, ref.nameRange, ref.declRange, fmt.Sprintf("A %s emit", target.Kind))
+			diags = append(diags, ds...)
+			target.Redis = name
+		}
+	}
+	return diags
+}
+
+// sortDiagnostics orders diagnostics by file (in load order, unknown files first) then position,
+// keeping the order of diagnostics at one place.
+func sortDiagnostics(diags hcl.Diagnostics, names []string) {
+	order := map[string]int{}
+	for i, n := range names {
+		order[n] = i + 1
+	}
+	key := func(d *hcl.Diagnostic) (int, int) {
+		if d.Subject == nil {
+			return -1, 0
+		}
+		return order[d.Subject.Filename], d.Subject.Start.Byte
+	}
+	sort.SliceStable(diags, func(i, j int) bool {
+		fi, bi := key(diags[i])
+		fj, bj := key(diags[j])
+		if fi != fj {
+			return fi < fj
+		}
+		return bi < bj
+	})
+}

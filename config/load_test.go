@@ -1,0 +1,565 @@
+package config
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/plugins"
+)
+
+func abs(t *testing.T, p string) string {
+	t.Helper()
+	a, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// mustLoad loads paths and fails the test on any diagnostic.
+func mustLoad(t *testing.T, paths ...string) *Config {
+	t.Helper()
+	cfg, diags := Load(paths, Options{Hostname: "host1"})
+	if len(diags) > 0 {
+		var b bytes.Buffer
+		WriteDiagnostics(&b, cfg.Files(), diags)
+		t.Fatalf("unexpected diagnostics:\n%s", b.String())
+	}
+	return cfg
+}
+
+func TestLoadValid(t *testing.T) {
+	t.Setenv("FLOWRUN_TEST_PASSWORD", "s3cret")
+	cfg := mustLoad(t, "testdata/valid")
+	dir := abs(t, "testdata/valid")
+	main := filepath.Join("testdata", "valid", "a_payouts.hcl")
+	pipes := filepath.Join("testdata", "valid", "b_pipes.hcl")
+
+	t.Run("redis", func(t *testing.T) {
+		want := []*Redis{{
+			Name:     "main",
+			URL:      "redis://127.0.0.1:6379/0",
+			Username: "flowrun",
+			Password: "s3cret",
+			TLS:      &TLS{CAFile: filepath.Join(dir, "certs/ca.pem"), ServerName: "redis"},
+			DeclRange: hcl.Range{Filename: main,
+				Start: hcl.Pos{Line: 1, Column: 1, Byte: 0}, End: hcl.Pos{Line: 1, Column: 13, Byte: 12}},
+		}}
+		if !reflect.DeepEqual(cfg.Redis, want) {
+			t.Fatalf("redis:\n got %+v\nwant %+v", cfg.Redis[0], want[0])
+		}
+	})
+
+	type pipelineWant struct {
+		name, file string
+		source     Source
+		p          Pipeline // scalar fields only
+		rules      []string // names
+		otherwise  string
+		handler    string
+	}
+	wants := []pipelineWant{
+		{
+			name: "payouts", file: main,
+			source: Source{Kind: KindClaiming, Redis: "main", Stream: "payouts", Group: "payouts",
+				Consumer: "worker-1", Start: "0", MinIdle: 30 * time.Second, Batch: 100, Block: time.Second},
+			p: Pipeline{Concurrency: 16, MaxAttempts: 3, DeadLetter: "payouts.dlq", DelayedRetry: "runtime",
+				ShutdownTimeout: 30 * time.Second, CanRetry: true},
+			rules: []string{"too-large", "gateway-down", "ok"},
+		},
+		{
+			name: "replay", file: pipes,
+			source: Source{Kind: KindFile, Path: filepath.Join(dir, "data/orders.jsonl"), Key: "orders",
+				Follow: true, Checkpoint: filepath.Join(dir, "data/orders.offset")},
+			p: Pipeline{Concurrency: runtime.NumCPU(), DelayedRetry: "runtime",
+				ShutdownTimeout: 30 * time.Second, CanRetry: true},
+			rules: []string{"copy"}, otherwise: "drop",
+		},
+		{
+			name: "stdin", file: pipes,
+			source: Source{Kind: KindPipe},
+			p: Pipeline{Concurrency: runtime.NumCPU(), DelayedRetry: "runtime", OutRetry: "again",
+				ShutdownTimeout: 30 * time.Second, CanRetry: true},
+			handler: "log",
+		},
+		{
+			name: "queue", file: pipes,
+			source: Source{Kind: KindList, Redis: "main", Key: "jobs", Reliable: true, Consumer: "host1",
+				Processing: "jobs:processing:host1", Batch: 100, Block: time.Second},
+			p: Pipeline{Concurrency: runtime.NumCPU(), DelayedRetry: "runtime",
+				ShutdownTimeout: 30 * time.Second},
+			rules: []string{"all"},
+		},
+		{
+			name: "events", file: pipes,
+			source: Source{Kind: KindPubSub, Redis: "main", Patterns: []string{"events.*"}},
+			p: Pipeline{Concurrency: runtime.NumCPU(), DelayedRetry: "runtime", RetryTo: "events.retry",
+				ShutdownTimeout: 30 * time.Second, CanRetry: true},
+			rules: []string{"flaky"},
+		},
+		{
+			name: "news", file: pipes,
+			source: Source{Kind: KindPubSub, Redis: "main", Patterns: []string{"news.*"}},
+			p: Pipeline{Concurrency: runtime.NumCPU(), DelayedRetry: "runtime",
+				ShutdownTimeout: 30 * time.Second},
+			rules: []string{"all"},
+		},
+		{
+			name: "durable", file: pipes,
+			source: Source{Kind: KindStream, Redis: "main", Stream: "{jobs}", Group: "durable", Consumer: "host1",
+				Start: "0", Batch: 100, Block: time.Second},
+			p: Pipeline{Concurrency: 2, DelayedRetry: "durable_zset", DelayKey: "{jobs}:delayed",
+				ShutdownTimeout: 30 * time.Second, CanRetry: true},
+			rules: []string{"all"},
+		},
+	}
+	if len(cfg.Pipelines) != len(wants) {
+		t.Fatalf("got %d pipelines, want %d", len(cfg.Pipelines), len(wants))
+	}
+	for i, w := range wants {
+		t.Run("pipeline "+w.name, func(t *testing.T) {
+			p := cfg.Pipelines[i]
+			if p.Name != w.name || p.File != w.file {
+				t.Fatalf("pipeline %d: got %q in %q, want %q in %q", i, p.Name, p.File, w.name, w.file)
+			}
+			src := *p.Source
+			src.DeclRange, src.redisRange = hcl.Range{}, hcl.Range{}
+			if !reflect.DeepEqual(src, w.source) {
+				t.Errorf("source:\n got %+v\nwant %+v", src, w.source)
+			}
+			got := Pipeline{Concurrency: p.Concurrency, MaxAttempts: p.MaxAttempts, DeadLetter: p.DeadLetter,
+				DelayedRetry: p.DelayedRetry, DelayKey: p.DelayKey, ShutdownTimeout: p.ShutdownTimeout,
+				OutRetry: p.OutRetry, RetryTo: p.RetryTo, CanRetry: p.CanRetry}
+			if !reflect.DeepEqual(got, w.p) {
+				t.Errorf("pipeline:\n got %+v\nwant %+v", got, w.p)
+			}
+			if w.handler != "" {
+				if p.Handler == nil || p.Handler.Name != w.handler || p.Rules != nil {
+					t.Fatalf("handler: got %+v, rules %v", p.Handler, p.Rules)
+				}
+				return
+			}
+			if p.Handler != nil || p.Rules == nil {
+				t.Fatalf("want rules, got handler %+v", p.Handler)
+			}
+			var names []string
+			for _, r := range p.Rules.Rules {
+				names = append(names, r.Name)
+			}
+			if !reflect.DeepEqual(names, w.rules) {
+				t.Errorf("rules: got %q, want %q", names, w.rules)
+			}
+			gotOtherwise := ""
+			if p.Rules.Otherwise != nil {
+				gotOtherwise = p.Rules.Otherwise.String()
+			}
+			if gotOtherwise != w.otherwise {
+				t.Errorf("otherwise: got %q, want %q", gotOtherwise, w.otherwise)
+			}
+		})
+	}
+
+	t.Run("payouts rules", func(t *testing.T) {
+		rs := cfg.Pipeline("payouts").Rules.Rules
+		if got := rs[0].When.String(); got != "payload.amount > 10000" {
+			t.Errorf("when: %q", got)
+		}
+		if got := rs[1].Outcome.String(); got != "retry_after('5s')" {
+			t.Errorf("outcome: %q", got)
+		}
+		if rs[2].When != nil {
+			t.Errorf("rule ok: when should be nil (always)")
+		}
+		if len(rs[2].Emits) != 1 {
+			t.Fatalf("emits: %d", len(rs[2].Emits))
+		}
+		e := rs[2].Emits[0]
+		if e.Target != (engine.Target{Kind: "stream", Redis: "main"}) || e.Key != "payouts.done" {
+			t.Errorf("emit: %+v %q", e.Target, e.Key)
+		}
+		if e.Payload.String() != "{'id': payload.id, 'paid': true}" {
+			t.Errorf("payload: %q", e.Payload.String())
+		}
+		if !reflect.DeepEqual(e.HeaderOrder, []string{"source", "attempt"}) || e.Headers["source"].String() != "'flowrun'" ||
+			e.Headers["attempt"].String() != "attempt" {
+			t.Errorf("headers: %q %v", e.HeaderOrder, e.Headers)
+		}
+		// The payouts example behaves as the spec says.
+		res := cfg.Pipeline("payouts").Rules.Handle(t.Context(), &engine.Delivery{
+			Message: engine.Message{Key: "payouts", Headers: map[string]string{}, Payload: []byte(`{"id":1,"amount":20000}`)}, Attempt: 1})
+		if res.Outcome != engine.Drop() {
+			t.Errorf("large payout: got %v", res.Outcome)
+		}
+	})
+
+	t.Run("replay rules", func(t *testing.T) {
+		r := cfg.Pipeline("replay").Rules.Rules[0]
+		if got := r.When.String(); got != "key == 'orders' &&\n  attempt < 3\n" {
+			t.Errorf("heredoc when: %q", got)
+		}
+		want := []engine.Target{
+			{Kind: "record", Path: filepath.Join(dir, "out/copy.jsonl")},
+			{Kind: "list", Redis: "main"}, // no redis on the source: the only block
+		}
+		for i, e := range r.Emits {
+			if e.Target != want[i] {
+				t.Errorf("emit %d: got %+v, want %+v", i, e.Target, want[i])
+			}
+			if e.Payload != nil {
+				t.Errorf("emit %d: payload should default to nil (unchanged)", i)
+			}
+		}
+	})
+
+	t.Run("tests", func(t *testing.T) {
+		want := []*Test{
+			{Name: "large payouts are dropped", Pipeline: "payouts",
+				Message: TestMessage{Key: "payouts", Payload: []byte(`{"amount":20000,"id":1}`), Attempt: 1},
+				Expect:  TestExpect{Outcome: "drop", Want: engine.Drop()}},
+			{Name: "gateway down", Pipeline: "payouts",
+				Message: TestMessage{Key: "other", Payload: []byte("{\"id\": 2, \"amount\": 5}\n"),
+					Headers: map[string]string{"gateway": "down"}, Attempt: 2},
+				Expect: TestExpect{Outcome: "retry_after('5s')", Want: engine.RetryAfter(5 * time.Second)}},
+			{Name: "ok emits", Pipeline: "payouts",
+				Message: TestMessage{Key: "payouts", Payload: []byte(`{"amount":1,"id":7}`), Attempt: 1},
+				Expect: TestExpect{Outcome: "ack", Want: engine.Ack(), HasEmits: true, Emits: []TestEmit{
+					{Kind: "stream", Key: "payouts.done", Payload: `{"id":7,"paid":true}`, HasPayload: true},
+					{Kind: "record", Key: "audit", Payload: "raw text", HasPayload: true},
+				}}},
+		}
+		if len(cfg.Tests) != len(want) {
+			t.Fatalf("got %d tests", len(cfg.Tests))
+		}
+		for i, w := range want {
+			got := *cfg.Tests[i]
+			if got.ExpectRange.Filename != main || got.ExpectRange.Start.Line == 0 {
+				t.Errorf("test %q: expect range %v", got.Name, got.ExpectRange)
+			}
+			got.ExpectRange, got.DeclRange, got.pipelineRange, got.keySet = hcl.Range{}, hcl.Range{}, hcl.Range{}, false
+			if !reflect.DeepEqual(&got, w) {
+				t.Errorf("test %d:\n got %+v\nwant %+v", i, got, *w)
+			}
+		}
+	})
+
+	if len(cfg.Files()) != 2 {
+		t.Errorf("Files: got %d, want 2", len(cfg.Files()))
+	}
+}
+
+func TestConsumerOverride(t *testing.T) {
+	cfg, diags := Load([]string{"testdata/valid"}, Options{Hostname: "host1", Consumer: "cli"})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	for name, want := range map[string][2]string{
+		"payouts": {"cli", ""},                    // written consumer overridden
+		"queue":   {"cli", "jobs:processing:cli"}, // default processing follows it
+	} {
+		s := cfg.Pipeline(name).Source
+		if s.Consumer != want[0] || s.Processing != want[1] {
+			t.Errorf("%s: consumer %q processing %q, want %q", name, s.Consumer, s.Processing, want)
+		}
+	}
+}
+
+func TestFunctions(t *testing.T) {
+	t.Setenv("FLOWRUN_TEST_SET", "from-env")
+	t.Setenv("FLOWRUN_TEST_EMPTY", "")
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "token.txt"), "tok\n")
+	write(t, filepath.Join(dir, "f.hcl"), `
+redis "r" {
+  url      = env("FLOWRUN_TEST_UNSET_URL", "redis://h:1")
+  username = env("FLOWRUN_TEST_SET")
+  password = env("FLOWRUN_TEST_EMPTY", "default-not-used")
+}
+pipeline "p" {
+  source "stream" {
+    stream = "s-${env("FLOWRUN_TEST_SET")}"
+    group  = trimspace_is_not_here_so_use(file("token.txt"))
+  }
+  rule "r" {
+    outcome = "ack"
+    emit "stream" {
+      key     = jsonencode({ a = [1, "x"] })
+      payload = env("FLOWRUN_TEST_UNSET_EXPR", "raw")
+    }
+  }
+}
+`)
+	// The line with an unknown function is changed below; first check that it is reported.
+	_, diags := Load([]string{dir}, Options{Hostname: "h"})
+	if len(diags) != 1 || !strings.Contains(diags[0].Detail, `no function named "trimspace_is_not_here_so_use"`) {
+		t.Fatalf("diags: %v", diags)
+	}
+	src := readFile(t, filepath.Join(dir, "f.hcl"))
+	write(t, filepath.Join(dir, "f.hcl"), strings.Replace(src, `trimspace_is_not_here_so_use(file("token.txt"))`, `file("token.txt")`, 1))
+	cfg, diags := Load([]string{dir}, Options{Hostname: "h"})
+	if len(diags) > 0 {
+		t.Fatal(diags)
+	}
+	r := cfg.Redis[0]
+	if r.URL != "redis://h:1" || r.Username != "from-env" || r.Password != "" {
+		t.Errorf("redis: %+v", r)
+	}
+	s := cfg.Pipelines[0].Source
+	if s.Stream != "s-from-env" || s.Group != "tok\n" {
+		t.Errorf("source: stream %q group %q", s.Stream, s.Group)
+	}
+	e := cfg.Pipelines[0].Rules.Rules[0].Emits[0]
+	if e.Key != `{"a":[1,"x"]}` || e.Payload.String() != "raw" {
+		t.Errorf("emit: key %q payload %q", e.Key, e.Payload.String())
+	}
+}
+
+func TestParseOutcome(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want engine.Outcome
+		err  bool
+	}{
+		{"ack", engine.Ack(), false},
+		{" drop ", engine.Drop(), false},
+		{"retry()", engine.Retry(), false},
+		{"retry_after('5s')", engine.RetryAfter(5 * time.Second), false},
+		{`retry_after("1m30s")`, engine.RetryAfter(90 * time.Second), false},
+		{"retry_after(250ms)", engine.RetryAfter(250 * time.Millisecond), false},
+		{"retry_after( '2s' )", engine.RetryAfter(2 * time.Second), false},
+		{"retry_after('5')", engine.Outcome{}, true},
+		{"retry_after('-5s')", engine.Outcome{}, true},
+		{"retry_after('5s'", engine.Outcome{}, true},
+		{"ack(1)", engine.Outcome{}, true},
+		{"accept", engine.Outcome{}, true},
+		{"", engine.Outcome{}, true},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseOutcome(tc.in)
+			if (err != nil) != tc.err || got != tc.want {
+				t.Fatalf("ParseOutcome(%q) = %v, %v", tc.in, got, err)
+			}
+		})
+	}
+}
+
+func TestMayRetry(t *testing.T) {
+	for src, want := range map[string]bool{
+		"ack":                                  false,
+		"drop()":                               false,
+		"attempt > 1 ? drop : ack":             false,
+		"headers['x'] == 'retry' ? ack : drop": false,
+		"retry":                                true,
+		"attempt < 3 ? retry : drop":           true,
+		"retry_after(backoff('1s', '5m'))":     true,
+		"$env['re' + 'try']":                   true,
+	} {
+		if got := mayRetry(src); got != want {
+			t.Errorf("mayRetry(%q) = %v, want %v", src, got, want)
+		}
+	}
+}
+
+func TestExprPositions(t *testing.T) {
+	// Columns count characters, so a multi-byte character before the error shifts bytes only.
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "e.hcl"), "pipeline \"p\" {\n  source \"pipe\" {}\n  out_retry = \"r\"\n"+
+		"  rule \"é\" {\n    when    = \"'é' == raw && paylod.x\"\n    outcome = \"ack\"\n  }\n}\n")
+	_, diags := Load([]string{dir}, Options{})
+	if len(diags) != 1 {
+		t.Fatalf("diags: %v", diags)
+	}
+	s := diags[0].Subject
+	if s.Start.Line != 5 || s.Start.Column != 30 || s.End.Column != 36 {
+		t.Fatalf("subject: %v", s)
+	}
+	src := readFile(t, filepath.Join(dir, "e.hcl"))
+	if got := src[s.Start.Byte:s.End.Byte]; got != "paylod" {
+		t.Fatalf("subject text %q", got)
+	}
+}
+
+func TestFormat(t *testing.T) {
+	in := "pipeline \"p\" {\nsource \"pipe\" {}\n  out_retry=\"r\"\n  concurrency     = 2\n}\n"
+	want := "pipeline \"p\" {\n  source \"pipe\" {}\n  out_retry   = \"r\"\n  concurrency = 2\n}\n"
+	if got := string(Format([]byte(in))); got != want {
+		t.Fatalf("Format:\n%s\nwant:\n%s", got, want)
+	}
+	if got := string(Format([]byte(want))); got != want {
+		t.Fatalf("Format is not idempotent:\n%s", got)
+	}
+}
+
+func TestWriteDiagnosticsWithoutFiles(t *testing.T) {
+	r := hcl.Range{Filename: "x.hcl", Start: hcl.Pos{Line: 3, Column: 5, Byte: 20}, End: hcl.Pos{Line: 3, Column: 9, Byte: 24}}
+	diags := hcl.Diagnostics{
+		{Severity: hcl.DiagWarning, Summary: "Deprecated", Detail: "Use y.", Subject: &r},
+		{Severity: hcl.DiagError, Summary: "No subject"},
+	}
+	var b bytes.Buffer
+	WriteDiagnostics(&b, nil, diags)
+	want := "x.hcl:3:5: warning: Deprecated: Use y.\n\nerror: No subject\n"
+	if b.String() != want {
+		t.Fatalf("got %q, want %q", b.String(), want)
+	}
+}
+
+// A test plugin with a typed config, to check that handler bodies are decoded by the plugin.
+type hookConfig struct {
+	URL     string `hcl:"url"`
+	Retries int    `hcl:"retries,optional"`
+}
+
+func (c *hookConfig) Validate(rng hcl.Range) hcl.Diagnostics {
+	if c.Retries > 5 {
+		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Too many retries",
+			Detail: "retries must be at most 5.", Subject: rng.Ptr()}}
+	}
+	return nil
+}
+
+func init() {
+	plugins.Register(plugins.Plugin{
+		Name:   "confighook",
+		Doc:    "test plugin of package config",
+		Config: func() any { return &hookConfig{Retries: 1} },
+		New: func(_ context.Context, _ any, _ plugins.Env) (engine.Handler, error) {
+			return engine.HandlerFunc(func(context.Context, *engine.Delivery) engine.Result {
+				return engine.Result{Outcome: engine.Ack()}
+			}), nil
+		},
+	})
+}
+
+func TestHandlerConfig(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "h.hcl"), `
+pipeline "p" {
+  source "pipe" {}
+  out_retry = "r"
+  handler "confighook" {
+    url = "http://x/${env("FLOWRUN_TEST_UNSET_HOOK", "y")}"
+  }
+}
+`)
+	cfg := mustLoad(t, dir)
+	h := cfg.Pipelines[0].Handler
+	if got, ok := h.Config.(*hookConfig); !ok || *got != (hookConfig{URL: "http://x/y", Retries: 1}) {
+		t.Fatalf("config: %#v", h.Config)
+	}
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestWriteDiagnosticsSnippet(t *testing.T) {
+	src := "pipeline \"p\" {\n\tconcurrency = \"x\"\n}\n"
+	f, diags := hclparseString(t, src)
+	start := strings.Index(src, `"x"`)
+	r := hcl.Range{Filename: "t.hcl",
+		Start: hcl.Pos{Line: 2, Column: 16, Byte: start}, End: hcl.Pos{Line: 3, Column: 2, Byte: len(src) - 1}}
+	diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Bad", Subject: &r})
+	var b bytes.Buffer
+	WriteDiagnostics(&b, map[string]*hcl.File{"t.hcl": f}, diags)
+	// The caret keeps the tab and spans the subject up to the end of its first line.
+	want := "t.hcl:2:16: error: Bad\n\tconcurrency = \"x\"\n\t              ^~~\n"
+	if b.String() != want {
+		t.Fatalf("got %q, want %q", b.String(), want)
+	}
+}
+
+func hclparseString(t *testing.T, src string) (*hcl.File, hcl.Diagnostics) {
+	t.Helper()
+	f, diags := hclsyntax.ParseConfig([]byte(src), "t.hcl", hcl.InitialPos)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	return f, nil
+}
+
+func TestLoadEachFileOnce(t *testing.T) {
+	// A file named both alone and through its folder is read once: no duplicate errors.
+	cfg := mustLoad(t, "testdata/valid/a_payouts.hcl", "testdata/valid", "./testdata/valid/b_pipes.hcl")
+	if len(cfg.Pipelines) != 7 || len(cfg.Files()) != 2 {
+		t.Fatalf("got %d pipelines from %d files", len(cfg.Pipelines), len(cfg.Files()))
+	}
+}
+
+func TestEmitRedisDefaultsToSource(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "r.hcl"), `
+redis "main" {
+  url = "redis://a:1"
+}
+redis "cache" {
+  cluster = ["b:1", "c:1"]
+}
+redis "sent" {
+  sentinel {
+    master   = "m"
+    addrs    = ["x:26379"]
+    password = "p"
+  }
+  tls {
+    cert_file            = "/etc/c.pem"
+    key_file             = "k.pem"
+    insecure_skip_verify = true
+  }
+}
+pipeline "p" {
+  source "stream" {
+    redis  = "cache"
+    stream = "s"
+  }
+  rule "r" {
+    outcome = "ack"
+    emit "list" {
+      key = "same"
+    }
+    emit "pubsub" {
+      redis = "main"
+      key   = "other"
+    }
+  }
+}
+`)
+	cfg := mustLoad(t, dir)
+	emits := cfg.Pipelines[0].Rules.Rules[0].Emits
+	if emits[0].Target.Redis != "cache" || emits[1].Target.Redis != "main" {
+		t.Fatalf("targets: %+v %+v", emits[0].Target, emits[1].Target)
+	}
+	sent := cfg.RedisBlock("sent")
+	if !reflect.DeepEqual(sent.Sentinel, &Sentinel{Master: "m", Addrs: []string{"x:26379"}, Password: "p"}) ||
+		!reflect.DeepEqual(sent.TLS, &TLS{CertFile: "/etc/c.pem", KeyFile: filepath.Join(dir, "k.pem"), InsecureSkipVerify: true}) {
+		t.Fatalf("sentinel: %+v %+v", sent.Sentinel, sent.TLS)
+	}
+	if got := cfg.RedisBlock("cache").Cluster; !reflect.DeepEqual(got, []string{"b:1", "c:1"}) {
+		t.Fatalf("cluster: %q", got)
+	}
+}

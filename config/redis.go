@@ -1,0 +1,190 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+var redisSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "url"}, {Name: "cluster"}, {Name: "username"}, {Name: "password"},
+	},
+	Blocks: []hcl.BlockHeaderSchema{{Type: "sentinel"}, {Type: "tls"}},
+}
+
+var sentinelSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "master"}, {Name: "addrs"}, {Name: "username"}, {Name: "password"},
+	},
+}
+
+var tlsSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "ca_file"}, {Name: "cert_file"}, {Name: "key_file"}, {Name: "server_name"},
+		{Name: "insecure_skip_verify"},
+	},
+}
+
+// decodeRedisBlock decodes `redis "NAME" {}`: exactly one of url, cluster or sentinel.
+func (d *fileDecoder) decodeRedisBlock(block *hcl.Block) (*Redis, hcl.Diagnostics) {
+	r := &Redis{Name: block.Labels[0], DeclRange: block.DefRange}
+	content, diags := block.Body.Content(redisSchema)
+
+	// The address forms, in the order written, to name the first one on a conflict.
+	var forms []namedRange
+	if a, ok := content.Attributes["url"]; ok {
+		forms = append(forms, namedRange{"url", a.NameRange})
+		s, ds := d.nonEmpty(a)
+		diags = append(diags, ds...)
+		if !ds.HasErrors() {
+			if u, err := url.Parse(s); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
+				// The URL is not echoed: it may carry a password.
+				diags = append(diags, invalidValue(a, `"url" must be a redis://, rediss:// or unix:// URL.`))
+			}
+		}
+		r.URL = s
+	}
+	if a, ok := content.Attributes["cluster"]; ok {
+		forms = append(forms, namedRange{"cluster", a.NameRange})
+		l, ds := d.strList(a)
+		diags = append(diags, ds...)
+		r.Cluster = l
+	}
+	for _, b := range content.Blocks {
+		switch b.Type {
+		case "sentinel":
+			forms = append(forms, namedRange{"sentinel", b.DefRange})
+			if r.Sentinel != nil {
+				diags = append(diags, duplicateInner(b, "sentinel"))
+				continue
+			}
+			s, ds := d.decodeSentinelBlock(b)
+			diags = append(diags, ds...)
+			r.Sentinel = s
+		case "tls":
+			if r.TLS != nil {
+				diags = append(diags, duplicateInner(b, "tls"))
+				continue
+			}
+			t, ds := d.decodeTLSBlock(b)
+			diags = append(diags, ds...)
+			r.TLS = t
+		}
+	}
+	switch {
+	case len(forms) == 0:
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Missing required argument",
+			Detail:   `A redis block needs exactly one of "url", "cluster" or a "sentinel" block.`,
+			Subject:  block.DefRange.Ptr(),
+		})
+	case len(forms) > 1:
+		// Attributes come before blocks in forms; order by position to blame the later one.
+		first, second := forms[0], forms[1]
+		if second.rng.Start.Byte < first.rng.Start.Byte {
+			first, second = second, first
+		}
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Conflicting arguments",
+			Detail:   fmt.Sprintf("A redis block takes exactly one of \"url\", \"cluster\" or \"sentinel\"; %q is already set.", first.name),
+			Subject:  second.rng.Ptr(),
+		})
+	}
+
+	if a, ok := content.Attributes["username"]; ok {
+		s, ds := d.str(a)
+		diags = append(diags, ds...)
+		r.Username = s
+	}
+	if a, ok := content.Attributes["password"]; ok {
+		s, ds := d.str(a)
+		diags = append(diags, ds...)
+		r.Password = s
+	}
+	return r, diags
+}
+
+func (d *fileDecoder) decodeSentinelBlock(block *hcl.Block) (*Sentinel, hcl.Diagnostics) {
+	s := &Sentinel{}
+	content, diags := block.Body.Content(sentinelSchema)
+	if a, ok := content.Attributes["master"]; ok {
+		v, ds := d.nonEmpty(a)
+		diags = append(diags, ds...)
+		s.Master = v
+	} else {
+		diags = append(diags, missingArg(block, "master", "in a sentinel block"))
+	}
+	if a, ok := content.Attributes["addrs"]; ok {
+		v, ds := d.strList(a)
+		diags = append(diags, ds...)
+		s.Addrs = v
+	} else {
+		diags = append(diags, missingArg(block, "addrs", "in a sentinel block"))
+	}
+	if a, ok := content.Attributes["username"]; ok {
+		v, ds := d.str(a)
+		diags = append(diags, ds...)
+		s.Username = v
+	}
+	if a, ok := content.Attributes["password"]; ok {
+		v, ds := d.str(a)
+		diags = append(diags, ds...)
+		s.Password = v
+	}
+	return s, diags
+}
+
+func (d *fileDecoder) decodeTLSBlock(block *hcl.Block) (*TLS, hcl.Diagnostics) {
+	t := &TLS{}
+	content, diags := block.Body.Content(tlsSchema)
+	path := func(name string, dst *string) {
+		if a, ok := content.Attributes[name]; ok {
+			v, ds := d.nonEmpty(a)
+			diags = append(diags, ds...)
+			if !ds.HasErrors() {
+				*dst = resolvePath(d.dir, v)
+			}
+		}
+	}
+	path("ca_file", &t.CAFile)
+	path("cert_file", &t.CertFile)
+	path("key_file", &t.KeyFile)
+	if a, ok := content.Attributes["server_name"]; ok {
+		v, ds := d.str(a)
+		diags = append(diags, ds...)
+		t.ServerName = v
+	}
+	if a, ok := content.Attributes["insecure_skip_verify"]; ok {
+		v, ds := d.boolean(a)
+		diags = append(diags, ds...)
+		t.InsecureSkipVerify = v
+	}
+	_, hasCert := content.Attributes["cert_file"]
+	_, hasKey := content.Attributes["key_file"]
+	if hasCert && !hasKey {
+		diags = append(diags, missingArg(block, "key_file", "in a tls block with a cert_file"))
+	}
+	if hasKey && !hasCert {
+		diags = append(diags, missingArg(block, "cert_file", "in a tls block with a key_file"))
+	}
+	return t, diags
+}
+
+func duplicateInner(b *hcl.Block, kind string) *hcl.Diagnostic {
+	return &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  fmt.Sprintf("Duplicate %s block", kind),
+		Detail:   fmt.Sprintf("Only one %s block is allowed here.", kind),
+		Subject:  b.DefRange.Ptr(),
+	}
+}
+
+// namedRange is an attribute or block name with its range.
+type namedRange struct {
+	name string
+	rng  hcl.Range
+}

@@ -1,0 +1,10 @@
+pipeline "p" {
+  source "stream" {
+    stream = "s"
+    redis  = "main"
+  }
+  concurrency = 0
+  rule "r" {
+    outcome = "ack"
+  }
+}

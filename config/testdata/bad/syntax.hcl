@@ -1,0 +1,7 @@
+pipeline "p" {
+  source "pipe" {}
+  out_retry = "again"
+  rule "r" {
+    outcome = "ack
+  }
+}
