@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/codec"
@@ -24,11 +25,12 @@ type wiring struct {
 	stdout *codec.LineWriter
 
 	mu      sync.Mutex
+	clients map[string]redis.UniversalClient // by redis block name
 	closers []func() error
 }
 
 func newWiring(cfg *config.Config, stdio Stdio, log zerolog.Logger) *wiring {
-	return &wiring{cfg: cfg, stdio: stdio, log: log, stdout: codec.NewLineWriter(stdio.Out)}
+	return &wiring{cfg: cfg, stdio: stdio, log: log, stdout: codec.NewLineWriter(stdio.Out), clients: map[string]redis.UniversalClient{}}
 }
 
 func (w *wiring) pipelines(ctx context.Context, selected []*config.Pipeline) ([]*engine.Pipeline, error) {
@@ -41,12 +43,8 @@ func (w *wiring) pipelines(ctx context.Context, selected []*config.Pipeline) ([]
 		}
 		var h engine.Handler = p.Rules
 		if p.Handler != nil {
-			h, err = p.Handler.Plugin.New(ctx, p.Handler.Config, plugins.Env{Pipeline: p.Name, Logger: log.With().Str("handler", p.Handler.Name).Logger()})
-			if err != nil {
-				return nil, fmt.Errorf("pipeline %s: handler %s: %w", p.Name, p.Handler.Name, err)
-			}
-			if c, ok := h.(interface{ Close() error }); ok {
-				w.onClose(c.Close)
+			if h, err = w.goHandler(ctx, p, log); err != nil {
+				return nil, err
 			}
 		}
 		out = append(out, &engine.Pipeline{
@@ -61,6 +59,34 @@ func (w *wiring) pipelines(ctx context.Context, selected []*config.Pipeline) ([]
 		})
 	}
 	return out, nil
+}
+
+// goHandler builds and starts a pipeline's compiled Go handler. Its Redis emits that name no
+// redis block go through the source's own block, else the only one (rules have theirs resolved
+// at load time).
+func (w *wiring) goHandler(ctx context.Context, p *config.Pipeline, log zerolog.Logger) (engine.Handler, error) {
+	hc := p.Handler
+	h, err := hc.Plugin.New(ctx, hc.Config, plugins.Env{Pipeline: p.Name, Logger: log.With().Str("handler", hc.Name).Logger()})
+	if err != nil {
+		return nil, fmt.Errorf("pipeline %s: handler %s: %w", p.Name, hc.Name, err)
+	}
+	w.onClose(func() error { return plugins.Close(h) })
+	if err := plugins.Start(ctx, h); err != nil {
+		return nil, fmt.Errorf("pipeline %s: handler %s: start: %w", p.Name, hc.Name, err)
+	}
+	redisName := p.Source.Redis
+	if redisName == "" && len(w.cfg.Redis) == 1 {
+		redisName = w.cfg.Redis[0].Name
+	}
+	return engine.HandlerFunc(func(ctx context.Context, d *engine.Delivery) engine.Result {
+		res := h.Handle(ctx, d)
+		for i := range res.Emits {
+			if t := &res.Emits[i].Target; t.Redis == "" && t.Kind != config.EmitRecord {
+				t.Redis = redisName
+			}
+		}
+		return res
+	}), nil
 }
 
 func (w *wiring) source(p *config.Pipeline, log zerolog.Logger) (engine.Source, error) {

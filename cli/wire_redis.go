@@ -1,18 +1,88 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/config"
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/transports/redisconn"
+	"github.com/flowrun/flowrun/transports/redisstream"
 )
 
-func (w *wiring) redisSource(p *config.Pipeline, _ zerolog.Logger) (engine.Source, error) {
-	return nil, fmt.Errorf("source %q is not available in this build yet", p.Source.Kind)
+// client returns the client of a redis block, creating it on first use. An authentication
+// failure at start is a configuration problem (exit 2, password redacted); an unreachable server
+// is not: sources wait for it with backoff.
+func (w *wiring) client(name string) (redis.UniversalClient, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if c, ok := w.clients[name]; ok {
+		return c, nil
+	}
+	b := w.cfg.RedisBlock(name)
+	if b == nil {
+		return nil, fmt.Errorf("no redis block %q", name)
+	}
+	opts := redisOptions(b)
+	c, err := redisconn.New(opts)
+	if err != nil {
+		return nil, fmt.Errorf("redis %q: %w", name, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := redisconn.Ping(ctx, c); err != nil {
+		if redisconn.IsAuthError(err) {
+			c.Close()
+			return nil, fmt.Errorf("redis %q: authentication failed: %w", name, redisconn.RedactError(err, opts.Secrets()...))
+		}
+		w.log.Warn().Str("redis", name).Err(redisconn.RedactError(err, opts.Secrets()...)).Msg("redis not reachable yet; waiting for it")
+	}
+	w.clients[name] = c
+	w.closers = append(w.closers, c.Close) // closed last: created before the sources that use it
+	return c, nil
+}
+
+func redisOptions(b *config.Redis) redisconn.Options {
+	o := redisconn.Options{URL: b.URL, Cluster: b.Cluster, Username: b.Username, Password: b.Password}
+	if s := b.Sentinel; s != nil {
+		o.SentinelMaster, o.SentinelAddrs = s.Master, s.Addrs
+		o.SentinelUsername, o.SentinelPassword = s.Username, s.Password
+	}
+	if t := b.TLS; t != nil {
+		o.TLS = &redisconn.TLSOptions{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
+	}
+	return o
+}
+
+func (w *wiring) redisSource(p *config.Pipeline, log zerolog.Logger) (engine.Source, error) {
+	s := p.Source
+	c, err := w.client(s.Redis)
+	if err != nil {
+		return nil, err
+	}
+	switch s.Kind {
+	case config.KindStream, config.KindClaiming, config.KindReclaim:
+		return redisstream.New(c, redisstream.Options{
+			Kind: s.Kind, Stream: s.Stream, Group: s.Group, Consumer: s.Consumer, Start: s.Start,
+			MinIdle: s.MinIdle, Batch: s.Batch, Block: s.Block,
+			DelayedRetry: p.DelayedRetry, DelayKey: p.DelayKey,
+		}, log)
+	}
+	return nil, fmt.Errorf("source %q is not available in this build yet", s.Kind)
 }
 
 func (w *wiring) redisSink(t engine.Target) (engine.Sink, error) {
+	c, err := w.client(t.Redis)
+	if err != nil {
+		return nil, err
+	}
+	switch t.Kind {
+	case config.EmitStream:
+		return redisstream.NewSink(c), nil
+	}
 	return nil, fmt.Errorf("emit %q is not available in this build yet", t.Kind)
 }

@@ -1,0 +1,384 @@
+package plugins
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/engine"
+)
+
+// Defaults and limits of the http handler.
+const (
+	httpDefaultMethod       = http.MethodPost
+	httpDefaultTimeout      = "10s"
+	httpDefaultHeaderPrefix = "X-Flowrun-"
+
+	// Without a usable Retry-After, 429 and 5xx back off like backoff('1s', '5m').
+	httpBackoffBase = time.Second
+	httpBackoffMax  = 5 * time.Minute
+	// A Retry-After beyond this is taken as this: a bogus header must not park a copy for years.
+	httpMaxRetryAfter = 24 * time.Hour
+	// Up to this much of a response body is read so the connection can be reused.
+	httpDrainLimit = 64 << 10
+	// Up to this much of a failed response's body goes into the dead-letter reason.
+	httpReasonBody = 200
+	// Idle connections kept per host: handlers run concurrently against one endpoint.
+	httpIdlePerHost = 64
+)
+
+func init() {
+	Register(Plugin{
+		Name:   "http",
+		Doc:    "sends each message to an HTTP endpoint; 2xx acks, 429 and 5xx retry later, other statuses dead-letter",
+		Config: func() any { return newHTTPConfig() },
+		New:    newHTTPHandler,
+	})
+}
+
+// httpConfig is the body of `handler "http" {}`.
+type httpConfig struct {
+	URL          string            `hcl:"url"`
+	Method       string            `hcl:"method,optional"`
+	Timeout      string            `hcl:"timeout,optional"`
+	Headers      map[string]string `hcl:"headers,optional"`
+	HeaderPrefix string            `hcl:"header_prefix,optional"`
+	TLS          *httpTLSConfig    `hcl:"tls,block"`
+
+	// Set by ValidateBlock.
+	validated bool
+	timeout   time.Duration
+	tls       *tls.Config
+}
+
+// httpTLSConfig is the optional `tls {}` block. Paths are relative to the HCL file.
+type httpTLSConfig struct {
+	CAFile             string `hcl:"ca_file,optional"`
+	CertFile           string `hcl:"cert_file,optional"`
+	KeyFile            string `hcl:"key_file,optional"`
+	ServerName         string `hcl:"server_name,optional"`
+	InsecureSkipVerify bool   `hcl:"insecure_skip_verify,optional"`
+}
+
+func newHTTPConfig() *httpConfig {
+	return &httpConfig{Method: httpDefaultMethod, Timeout: httpDefaultTimeout, HeaderPrefix: httpDefaultHeaderPrefix}
+}
+
+var _ BlockValidator = (*httpConfig)(nil)
+
+// ValidateBlock checks what the types cannot and loads the TLS files, so `flowrun validate`
+// reports a missing certificate at its attribute.
+func (c *httpConfig) ValidateBlock(b Block) hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	if u, err := url.Parse(c.URL); err != nil {
+		diags = append(diags, b.Error("url", "Invalid URL", fmt.Sprintf("%q is not a URL: %s.", c.URL, unwrapURLError(err))))
+	} else if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		diags = append(diags, b.Error("url", "Invalid URL", fmt.Sprintf("%q must be an absolute http:// or https:// URL.", c.URL)))
+	}
+	c.Method = strings.ToUpper(c.Method)
+	if !validToken(c.Method) {
+		diags = append(diags, b.Error("method", "Invalid value", fmt.Sprintf("%q is not an HTTP method.", c.Method)))
+	}
+	if d, diag := b.Duration("timeout", c.Timeout); diag != nil {
+		diags = append(diags, diag)
+	} else {
+		c.timeout = d
+	}
+	for _, name := range sortedKeys(c.Headers) {
+		if !validToken(name) {
+			diags = append(diags, b.Error("headers", "Invalid value", fmt.Sprintf("%q is not a valid HTTP header name.", name)))
+		} else if !validHeaderValue(c.Headers[name]) {
+			diags = append(diags, b.Error("headers", "Invalid value", fmt.Sprintf("The value of header %q contains a line break or control character.", name)))
+		}
+	}
+	if c.HeaderPrefix != "" && !validToken(c.HeaderPrefix) {
+		diags = append(diags, b.Error("header_prefix", "Invalid value",
+			fmt.Sprintf("%q cannot start an HTTP header name: use letters, digits and '-'.", c.HeaderPrefix)))
+	}
+	if c.TLS != nil {
+		tb, _ := b.Child("tls")
+		cfg, ds := c.TLS.load(tb)
+		diags = append(diags, ds...)
+		c.tls = cfg
+	}
+	c.validated = !diags.HasErrors()
+	return diags
+}
+
+func (t *httpTLSConfig) load(b Block) (*tls.Config, hcl.Diagnostics) {
+	var diags hcl.Diagnostics
+	cfg := &tls.Config{ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(b.Path(t.CAFile))
+		switch {
+		case err != nil:
+			diags = append(diags, b.Error("ca_file", "Cannot read CA file", unwrapPathError(err)))
+		default:
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				diags = append(diags, b.Error("ca_file", "Invalid CA file", fmt.Sprintf("%q holds no PEM certificate.", t.CAFile)))
+			}
+			cfg.RootCAs = pool
+		}
+	}
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Missing required argument",
+			Detail: `The argument "key_file" is required in a tls block with a cert_file.`, Subject: b.DefRange.Ptr()})
+	case t.KeyFile != "" && t.CertFile == "":
+		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Missing required argument",
+			Detail: `The argument "cert_file" is required in a tls block with a key_file.`, Subject: b.DefRange.Ptr()})
+	case t.CertFile != "":
+		cert, err := tls.LoadX509KeyPair(b.Path(t.CertFile), b.Path(t.KeyFile))
+		if err != nil {
+			diags = append(diags, b.Error("cert_file", "Invalid client certificate", unwrapPathError(err)))
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, diags
+}
+
+// httpHandler sends each delivery as one request. It is safe for concurrent use: one client,
+// one connection pool, per pipeline.
+type httpHandler struct {
+	url     string
+	method  string
+	timeout time.Duration
+	headers map[string]string
+	prefix  string
+
+	client    *http.Client
+	transport *http.Transport
+	log       zerolog.Logger
+	now       func() time.Time
+}
+
+var (
+	_ engine.Handler = (*httpHandler)(nil)
+	_ Closer         = (*httpHandler)(nil)
+)
+
+func newHTTPHandler(_ context.Context, c any, env Env) (engine.Handler, error) {
+	cfg, ok := c.(*httpConfig)
+	if !ok {
+		return nil, fmt.Errorf("http: config is %T, want the one Config returned", c)
+	}
+	if !cfg.validated {
+		// Built without Decode (a test, a program): check it the same way.
+		if diags := cfg.ValidateBlock(Block{}); diags.HasErrors() {
+			return nil, fmt.Errorf("http: %w", diags)
+		}
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = httpIdlePerHost
+	if cfg.tls != nil {
+		tr.TLSClientConfig = cfg.tls
+	}
+	h := &httpHandler{
+		url:     cfg.URL,
+		method:  cfg.Method,
+		timeout: cfg.timeout,
+		headers: cfg.Headers,
+		prefix:  cfg.HeaderPrefix,
+		client: &http.Client{
+			Transport: tr,
+			// 301, 302 and 303 would turn a POST into a GET without a body and a 2xx at the
+			// end would ack a message nobody received; only 307 and 308 keep method and body.
+			CheckRedirect: func(req *http.Request, via []*http.Request) error {
+				if code := req.Response.StatusCode; code != http.StatusTemporaryRedirect && code != http.StatusPermanentRedirect {
+					return http.ErrUseLastResponse
+				}
+				if len(via) >= 10 {
+					return errors.New("stopped after 10 redirects")
+				}
+				return nil
+			},
+		},
+		transport: tr,
+		log:       env.Logger,
+		now:       time.Now,
+	}
+	return h, nil
+}
+
+// Close releases idle connections.
+func (h *httpHandler) Close() error {
+	h.transport.CloseIdleConnections()
+	return nil
+}
+
+func (h *httpHandler) Handle(ctx context.Context, d *engine.Delivery) engine.Result {
+	ctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, h.method, h.url, bytes.NewReader(d.Payload))
+	if err != nil {
+		return engine.Result{Outcome: engine.Retry(), Err: fmt.Errorf("http: %w", err)}
+	}
+	h.setHeaders(req, d)
+	resp, err := h.client.Do(req)
+	if err != nil {
+		// Connection refused, TLS failure, timeout, or the shutdown grace running out.
+		return engine.Result{Outcome: engine.Retry(), Err: fmt.Errorf("http: %w", err)}
+	}
+	defer func() {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
+		_ = resp.Body.Close()
+	}()
+	return engine.Result{Outcome: h.outcome(resp, d.Attempt)}
+}
+
+// setHeaders writes the message headers under the prefix, the content type, then the configured
+// headers, which win over both.
+func (h *httpHandler) setHeaders(req *http.Request, d *engine.Delivery) {
+	// Sorted, so that two message headers that differ only in case always resolve the same way.
+	var skipped []string
+	for _, k := range sortedKeys(d.Headers) {
+		name, v := h.prefix+k, d.Headers[k]
+		if !validToken(name) || !validHeaderValue(v) {
+			skipped = append(skipped, k)
+			continue
+		}
+		req.Header.Set(name, v)
+	}
+	if len(skipped) > 0 {
+		h.log.Debug().Strs("headers", skipped).Msg("message headers not sendable over HTTP left out")
+	}
+	if json.Valid(d.Payload) {
+		req.Header.Set("Content-Type", "application/json")
+	} else {
+		req.Header.Set("Content-Type", "application/octet-stream")
+	}
+	req.Header.Set("User-Agent", "flowrun")
+	for _, k := range sortedKeys(h.headers) {
+		v := h.headers[k]
+		if http.CanonicalHeaderKey(k) == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+}
+
+// outcome maps a response to an outcome (SPEC §8).
+func (h *httpHandler) outcome(resp *http.Response, attempt int) engine.Outcome {
+	code := resp.StatusCode
+	switch {
+	case code >= 200 && code < 300:
+		return engine.Ack()
+	case code == http.StatusTooManyRequests || (code >= 500 && code < 600):
+		if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), h.now()); ok {
+			return engine.RetryAfter(d)
+		}
+		return engine.RetryAfter(Backoff(attempt, httpBackoffBase, httpBackoffMax))
+	}
+	return engine.DeadLetter(httpReason(resp))
+}
+
+// httpReason is "http 400 Bad Request", plus the start of the response body when there is one.
+func httpReason(resp *http.Response) string {
+	reason := "http " + strconv.Itoa(resp.StatusCode)
+	if text := http.StatusText(resp.StatusCode); text != "" {
+		reason += " " + text
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, httpReasonBody+1))
+	cut := len(b) > httpReasonBody
+	if cut {
+		b = b[:httpReasonBody]
+	}
+	// ToValidUTF8 also drops a rune the cut split.
+	body := strings.Join(strings.Fields(strings.ToValidUTF8(string(b), "")), " ")
+	if body != "" && cut {
+		body += "…"
+	}
+	if body != "" {
+		reason += ": " + body
+	}
+	return reason
+}
+
+// parseRetryAfter reads a Retry-After header: delay-seconds or an HTTP date (RFC 9110 §10.2.3).
+// A date in the past means now.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+		if n > uint64(httpMaxRetryAfter/time.Second) {
+			return httpMaxRetryAfter, true
+		}
+		return time.Duration(n) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	return min(max(t.Sub(now), 0), httpMaxRetryAfter), true
+}
+
+// validToken reports whether s is a non-empty RFC 9110 token: a header name or a method.
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue rejects what would let a value break out of its header line.
+func validHeaderValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func unwrapURLError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+func unwrapPathError(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return fmt.Sprintf("%s: %s.", pe.Path, pe.Err)
+	}
+	return err.Error() + "."
+}
