@@ -11,6 +11,8 @@ import (
 	"github.com/flowrun/flowrun/config"
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/transports/redisconn"
+	"github.com/flowrun/flowrun/transports/redislist"
+	"github.com/flowrun/flowrun/transports/redispubsub"
 	"github.com/flowrun/flowrun/transports/redisstream"
 )
 
@@ -71,8 +73,15 @@ func (w *wiring) redisSource(p *config.Pipeline, log zerolog.Logger) (engine.Sou
 			MinIdle: s.MinIdle, Batch: s.Batch, Block: s.Block,
 			DelayedRetry: p.DelayedRetry, DelayKey: p.DelayKey,
 		}, log)
+	case config.KindList:
+		return redislist.New(c, redislist.Options{
+			Key: s.Key, Reliable: s.Reliable, Consumer: s.Consumer, Processing: s.Processing,
+			Batch: s.Batch, Block: s.Block,
+		}, log)
+	case config.KindPubSub:
+		return redispubsub.New(c, redispubsub.Options{Channels: s.Channels, Patterns: s.Patterns, RetryTo: p.RetryTo}, log)
 	}
-	return nil, fmt.Errorf("source %q is not available in this build yet", s.Kind)
+	return nil, fmt.Errorf("unknown source kind %q", s.Kind)
 }
 
 func (w *wiring) redisSink(t engine.Target) (engine.Sink, error) {
@@ -83,6 +92,10 @@ func (w *wiring) redisSink(t engine.Target) (engine.Sink, error) {
 	switch t.Kind {
 	case config.EmitStream:
 		return redisstream.NewSink(c), nil
+	case config.EmitList:
+		return redislist.NewSink(c), nil
+	case config.EmitPubSub:
+		return redispubsub.NewSink(c), nil
 	}
-	return nil, fmt.Errorf("emit %q is not available in this build yet", t.Kind)
+	return nil, fmt.Errorf("unknown emit kind %q", t.Kind)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -169,12 +170,18 @@ func TestRunPanicAndErrorBecomeRetry(t *testing.T) {
 		}
 		return Result{Outcome: Ack(), Err: errors.New("failed")}
 	})
+	var logs syncBuf
+	p.Logger = zerolog.New(&logs)
 	if err := run(t, context.Background(), Options{}, p); err != nil {
 		t.Fatal(err)
 	}
 	settled, _, _ := src.snapshot()
 	if len(settled) != 2 {
 		t.Fatalf("settled %d", len(settled))
+	}
+	out := logs.String()
+	if strings.Count(out, `"stack":"goroutine`) != 1 || !strings.Contains(out, `"error":"handler panicked: boom"`) || !strings.Contains(out, `"error":"failed"`) {
+		t.Errorf("want one logged stack for the panic and both errors logged:\n%s", out)
 	}
 	for _, s := range settled {
 		if s.Action != ActRequeue {
@@ -391,6 +398,23 @@ func TestRunSourceFailureStopsEveryPipeline(t *testing.T) {
 	if err == nil || err.Error() != "pipeline failing: auth failed" {
 		t.Fatalf("err = %v", err)
 	}
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func waitFor(t *testing.T, cond func() bool) {

@@ -1,0 +1,46 @@
+package redisconn
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// Default backoff bounds for reconnecting.
+const (
+	DefaultBackoffBase = 100 * time.Millisecond
+	DefaultBackoffCap  = 10 * time.Second
+)
+
+// Backoff is a capped exponential backoff with full jitter: the n-th wait is drawn uniformly
+// from [Base, min(Cap, Base·2ⁿ)], so many workers retrying one server spread out while a wait
+// never drops below Base (never a busy loop). The zero value uses the defaults. Not safe for
+// concurrent use; each retry loop owns one.
+type Backoff struct {
+	Base time.Duration
+	Cap  time.Duration
+	n    int
+}
+
+// Next returns the next wait and advances.
+func (b *Backoff) Next() time.Duration {
+	base, capd := b.Base, b.Cap
+	if base <= 0 {
+		base = DefaultBackoffBase
+	}
+	if capd < base {
+		capd = max(DefaultBackoffCap, base)
+	}
+	ceil := capd
+	// n only grows while the ceiling is below the cap, so the shift cannot overflow.
+	if c := base << b.n; c > 0 && c < capd {
+		ceil = c
+		b.n++
+	}
+	if ceil <= base {
+		return base
+	}
+	return base + rand.N(ceil-base+1)
+}
+
+// Reset starts the sequence again after a success.
+func (b *Backoff) Reset() { b.n = 0 }

@@ -1,0 +1,482 @@
+// Package redislist is the Redis list source (SPEC §2–§5) and the list emit sink.
+//
+// Producers LPUSH; flowrun reads from the right end, oldest first.
+//
+// A reliable list (Options.Reliable) reads with BLMOVE key processing RIGHT LEFT, followed, while
+// more elements are there and the batch allows, by pipelined non-blocking LMOVEs. An element
+// stays in this consumer's processing list until its settlement removes it with
+// LREM processing 1 <element>, matching the element byte for byte as it was read, envelope or
+// not. A retry copy or dead letter is LPUSHed in the same MULTI/EXEC as that LREM when both keys
+// hash to one slot (always on a standalone server); otherwise the copy is written first, so a
+// crash leaves a duplicate, never a loss. In a Redis Cluster the list and its processing list
+// must hash to one slot (BLMOVE needs it; use a {hash tag}); New refuses otherwise.
+//
+// Nothing stays stranded in the processing list:
+//   - At start, before reading, everything in it (left by a crash of a process with this consumer
+//     name) goes back to the right end of the list, the end read next, in its original order, with
+//     LMOVE processing key LEFT RIGHT until the processing list is empty.
+//   - After a failed read, and every few minutes while the list is idle, the source compares the
+//     processing list with the elements it has handed to the engine and not yet settled; any
+//     other element (a BLMOVE whose reply was lost with the connection) goes back to the list.
+//   - At a stop, elements read but not yet accepted by the engine go back the same way.
+//
+// A simple list (Reliable false) reads with BRPOP and then RPOP key count; an element is gone from
+// Redis once read, so there is nothing to settle and a crash loses what was in flight.
+//
+// Backpressure: a read moves at most Options.Batch elements out of the list and the next read
+// starts only once the engine has accepted every one of them, so the source never runs more than
+// one batch ahead of the engine's free handlers.
+//
+// A read that fails, or a lost connection, is retried with capped exponential backoff and jitter,
+// logged once when it starts failing and once when it recovers; Ready reports false meanwhile.
+// An authentication error ends Receive with that error, since it is a configuration problem.
+package redislist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/codec"
+	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/transports/redisconn"
+)
+
+const (
+	// recoverChunk is how many LMOVEs one pipeline sends while emptying the processing list.
+	recoverChunk = 128
+	// stopTimeout bounds the Redis work done after a stop (returning unhanded elements).
+	stopTimeout = 5 * time.Second
+)
+
+// sweepEvery is how often an idle reliable list looks for stranded elements. go-redis retries
+// a command whose connection broke, so a lost BLMOVE reply is not always seen as an error.
+// A variable so that tests can shorten it.
+var sweepEvery = 2 * time.Minute
+
+// returnScript moves one element from the processing list (KEYS[1]) back to the read end of the
+// list (KEYS[2]), but only if it is still there: a settlement may have removed it meanwhile.
+var returnScript = redis.NewScript(`
+if redis.call('LREM', KEYS[1], -1, ARGV[1]) == 1 then
+  return redis.call('RPUSH', KEYS[2], ARGV[1])
+end
+return 0`)
+
+// Source is a list source. Receive runs in one goroutine; Settle and Requeue may run alongside.
+type Source struct {
+	client  redis.UniversalClient
+	opts    Options
+	log     zerolog.Logger
+	state   *redisconn.StateLog
+	secrets []string
+	ready   atomic.Bool
+
+	// more is how many non-blocking LMOVEs follow a BLMOVE (reliable reads; Receive only). It
+	// adapts: it doubles while they all find an element and shrinks when the list runs dry, so
+	// a trickle of elements does not cost a full batch of empty replies each.
+	more int
+
+	mu sync.Mutex
+	// held counts, by content, the elements handed to the engine and not yet removed from the
+	// processing list (reliable only); a sweep leaves those alone.
+	held map[string]int
+}
+
+var _ engine.Source = (*Source)(nil)
+
+// token is what Delivery.Token holds: the element exactly as read, plus what Settle has already
+// done for it, so a batch the engine retries after a partial failure writes no copy twice.
+type token struct {
+	elem    string
+	counted bool // in Source.held
+	copied  bool // a copy written outside the settling MULTI (another slot) is in place
+	done    bool // settled
+}
+
+// Element returns the exact bytes a delivery's element was read as, and false for a delivery
+// that did not come from a list source.
+func Element(d *engine.Delivery) (string, bool) {
+	t, ok := d.Token.(*token)
+	if !ok {
+		return "", false
+	}
+	return t.elem, true
+}
+
+// New returns a list source reading with client, which the caller owns and closes after Close.
+func New(client redis.UniversalClient, opts Options, log zerolog.Logger) (*Source, error) {
+	if client == nil {
+		return nil, errors.New("redislist: no redis client")
+	}
+	opts.setDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Reliable && !redisconn.SameSlot(client, opts.Key, opts.Processing) {
+		return nil, fmt.Errorf("redislist: list %q and processing list %q hash to different cluster slots; "+
+			"give them one {hash tag}", opts.Key, opts.Processing)
+	}
+	log = log.With().Str(engine.FieldKey, opts.Key).Logger()
+	secrets := redisconn.SecretsOf(client)
+	return &Source{
+		client:  client,
+		opts:    opts,
+		log:     log,
+		state:   redisconn.NewStateLog(log, "list read", secrets...),
+		secrets: secrets,
+		more:    opts.Batch - 1,
+		held:    map[string]int{},
+	}, nil
+}
+
+// Options returns the options in effect, defaults applied.
+func (s *Source) Options() Options { return s.opts }
+
+// Capabilities: a reliable list acknowledges (LREM); a simple list has nothing to settle.
+func (s *Source) Capabilities() engine.Capabilities {
+	return engine.Capabilities{Ack: s.opts.Reliable}
+}
+
+// Ready reports whether the last command of the read loop succeeded.
+func (s *Source) Ready() bool { return s.ready.Load() }
+
+// Close releases nothing: the client belongs to the caller.
+func (s *Source) Close() error { return nil }
+
+// Receive reads deliveries into out until ctx ends.
+func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error {
+	defer s.ready.Store(false)
+	var (
+		bo        redisconn.Backoff
+		recovered = !s.opts.Reliable // a simple list has no processing list to empty
+		sweep     bool
+		lastSweep time.Time
+	)
+	if s.opts.Reliable {
+		defer func() {
+			if recovered {
+				s.returnUnhanded(ctx)
+			}
+		}()
+	}
+	for ctx.Err() == nil {
+		var (
+			elems []string
+			err   error
+		)
+		switch {
+		case !recovered:
+			if err = s.recoverAll(ctx); err == nil {
+				recovered, lastSweep = true, time.Now()
+			}
+		case sweep:
+			if err = s.sweep(ctx); err == nil {
+				sweep, lastSweep = false, time.Now()
+			}
+		default:
+			elems, err = s.read(ctx)
+		}
+		if err == nil {
+			s.ready.Store(true)
+			s.state.OK()
+			bo.Reset()
+		}
+		if len(elems) > 0 {
+			if !s.handOver(ctx, out, elems) {
+				break
+			}
+		} else if err == nil && s.opts.Reliable && recovered && time.Since(lastSweep) >= sweepEvery {
+			sweep = true
+		}
+		if err == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if redisconn.IsAuthError(err) {
+			return redisconn.RedactError(fmt.Errorf("redislist: read %s: %w", s.opts.Key, err), s.secrets...)
+		}
+		s.ready.Store(false)
+		s.state.Fail(err)
+		// A BLMOVE whose reply was lost left an element in the processing list.
+		sweep = sweep || (s.opts.Reliable && recovered)
+		if !sleep(ctx, bo.Next()) {
+			break
+		}
+	}
+	return ctx.Err()
+}
+
+// read moves up to one batch out of the list. It may return elements together with an error
+// (a pipeline that broke half way): those elements were read and must be handed over.
+func (s *Source) read(ctx context.Context) ([]string, error) {
+	if !s.opts.Reliable {
+		return s.readSimple(ctx)
+	}
+	var (
+		first string
+		err   error
+	)
+	if s.opts.Block < time.Second {
+		first, err = s.client.Do(ctx, "blmove", s.opts.Key, s.opts.Processing, "RIGHT", "LEFT", blockSeconds(s.opts.Block)).Text()
+	} else {
+		first, err = s.client.BLMove(ctx, s.opts.Key, s.opts.Processing, "RIGHT", "LEFT", s.opts.Block).Result()
+	}
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redislist: blmove %s: %w", s.opts.Key, err)
+	}
+	elems := []string{first}
+	n := min(s.more, s.opts.Batch-1)
+	if n <= 0 {
+		return elems, nil
+	}
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.StringCmd, n)
+	for i := range cmds {
+		cmds[i] = pipe.LMove(ctx, s.opts.Key, s.opts.Processing, "RIGHT", "LEFT")
+	}
+	if err := execPipe(ctx, pipe); err != nil {
+		s.more = 1
+		return elems, fmt.Errorf("redislist: lmove %s: %w", s.opts.Key, err)
+	}
+	for _, c := range cmds {
+		v, err := c.Result()
+		if errors.Is(err, redis.Nil) {
+			break
+		}
+		if err != nil {
+			s.more = 1
+			return elems, fmt.Errorf("redislist: lmove %s: %w", s.opts.Key, err)
+		}
+		elems = append(elems, v)
+	}
+	if got := len(elems) - 1; got == n {
+		s.more = min(2*n, s.opts.Batch-1)
+	} else {
+		s.more = max(got, 1)
+	}
+	return elems, nil
+}
+
+func (s *Source) readSimple(ctx context.Context) ([]string, error) {
+	var (
+		res []string
+		err error
+	)
+	if s.opts.Block < time.Second {
+		res, err = s.client.Do(ctx, "brpop", s.opts.Key, blockSeconds(s.opts.Block)).StringSlice()
+	} else {
+		res, err = s.client.BRPop(ctx, s.opts.Block, s.opts.Key).Result()
+	}
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redislist: brpop %s: %w", s.opts.Key, err)
+	}
+	elems := []string{res[1]}
+	if s.opts.Batch > 1 {
+		more, err := s.client.RPopCount(ctx, s.opts.Key, s.opts.Batch-1).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return elems, fmt.Errorf("redislist: rpop %s: %w", s.opts.Key, err)
+		}
+		elems = append(elems, more...)
+	}
+	return elems, nil
+}
+
+// handOver gives elems to the engine one by one. On a stop it puts back what was not accepted
+// and reports false.
+func (s *Source) handOver(ctx context.Context, out chan<- *engine.Delivery, elems []string) bool {
+	for i, e := range elems {
+		h, p := codec.DecodeEnvelope([]byte(e))
+		tok := &token{elem: e}
+		d := &engine.Delivery{
+			Message:  engine.Message{Key: s.opts.Key, Headers: h, Payload: p},
+			Token:    tok,
+			Received: time.Now(),
+		}
+		// Counted before the send: a fast handler may settle it before the send returns.
+		if s.opts.Reliable {
+			s.count(tok)
+		}
+		stopped := ctx.Err() != nil // checked first: select picks at random among ready cases
+		if !stopped {
+			select {
+			case out <- d:
+			case <-ctx.Done():
+				stopped = true
+			}
+		}
+		if stopped {
+			if s.opts.Reliable {
+				s.uncount(tok) // returnUnhanded finds it in the processing list
+			} else {
+				s.pushBack(ctx, elems[i:])
+			}
+			return false
+		}
+	}
+	return true
+}
+
+// pushBack returns elements a simple list popped but never handed over to the read end of the
+// list, in their original order.
+func (s *Source) pushBack(ctx context.Context, elems []string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
+	vals := make([]any, 0, len(elems))
+	for i := len(elems) - 1; i >= 0; i-- { // the oldest ends up rightmost, read first
+		vals = append(vals, elems[i])
+	}
+	if err := s.client.RPush(ctx, s.opts.Key, vals...).Err(); err != nil {
+		s.log.Error().Str("error", redisconn.Redact(err.Error(), s.secrets...)).Int("elements", len(elems)).
+			Msg("elements read but not handled were lost at stop: could not push them back")
+		return
+	}
+	s.log.Debug().Int("elements", len(elems)).Msg("pushed back elements read but not handled at stop")
+}
+
+// returnUnhanded runs after a stop: elements in the processing list that the engine never
+// accepted go back to the list.
+func (s *Source) returnUnhanded(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
+	if err := s.sweep(ctx); err != nil {
+		s.log.Warn().Str("error", redisconn.Redact(err.Error(), s.secrets...)).
+			Msg("could not return unhandled elements at stop; the next start with this consumer name returns them")
+	}
+}
+
+// recoverAll empties the processing list into the read end of the list, oldest read first.
+func (s *Source) recoverAll(ctx context.Context) error {
+	total := 0
+	defer func() {
+		if total > 0 {
+			s.log.Info().Int("elements", total).Str("processing", s.opts.Processing).
+				Msg("returned elements left in the processing list by an earlier run")
+		}
+	}()
+	for {
+		pipe := s.client.Pipeline()
+		cmds := make([]*redis.StringCmd, recoverChunk)
+		for i := range cmds {
+			// LEFT (newest) first onto the RIGHT end: the oldest ends up rightmost, read first.
+			cmds[i] = pipe.LMove(ctx, s.opts.Processing, s.opts.Key, "LEFT", "RIGHT")
+		}
+		if err := execPipe(ctx, pipe); err != nil {
+			return fmt.Errorf("redislist: return %s to %s: %w", s.opts.Processing, s.opts.Key, err)
+		}
+		for _, c := range cmds {
+			err := c.Err()
+			if errors.Is(err, redis.Nil) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("redislist: return %s to %s: %w", s.opts.Processing, s.opts.Key, err)
+			}
+			total++
+		}
+	}
+}
+
+// sweep returns to the list every element of the processing list that the engine does not hold.
+func (s *Source) sweep(ctx context.Context) error {
+	elems, err := s.client.LRange(ctx, s.opts.Processing, 0, -1).Result()
+	if err != nil {
+		return fmt.Errorf("redislist: lrange %s: %w", s.opts.Processing, err)
+	}
+	if len(elems) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	avail := maps.Clone(s.held)
+	s.mu.Unlock()
+	var stray []string
+	for _, e := range elems { // newest first, so the oldest ends up rightmost, read first
+		if avail[e] > 0 {
+			avail[e]--
+			continue
+		}
+		stray = append(stray, e)
+	}
+	if len(stray) == 0 {
+		return nil
+	}
+	keys := []string{s.opts.Processing, s.opts.Key}
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.Cmd, len(stray))
+	for i, e := range stray {
+		// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT, and this is rare.
+		cmds[i] = returnScript.Eval(ctx, pipe, keys, e)
+	}
+	if err := execPipe(ctx, pipe); err != nil {
+		return fmt.Errorf("redislist: return %s to %s: %w", s.opts.Processing, s.opts.Key, err)
+	}
+	n := 0
+	for _, c := range cmds {
+		v, err := c.Int64()
+		if err != nil {
+			return fmt.Errorf("redislist: return %s to %s: %w", s.opts.Processing, s.opts.Key, err)
+		}
+		if v > 0 {
+			n++
+		}
+	}
+	if n > 0 {
+		s.log.Warn().Int("elements", n).Str("processing", s.opts.Processing).
+			Msg("returned elements stranded in the processing list")
+	}
+	return nil
+}
+
+func (s *Source) count(t *token) {
+	s.mu.Lock()
+	s.held[t.elem]++
+	s.mu.Unlock()
+	t.counted = true
+}
+
+func (s *Source) uncount(t *token) {
+	if !t.counted {
+		return
+	}
+	s.mu.Lock()
+	if s.held[t.elem]--; s.held[t.elem] <= 0 {
+		delete(s.held, t.elem)
+	}
+	s.mu.Unlock()
+	t.counted = false
+}
+
+// blockSeconds formats a sub-second block for BLMOVE and BRPOP, which take fractional seconds.
+// go-redis's typed BLMove and BRPop would round it up to a second and log about it on the
+// standard logger, so sub-second blocks go through Do (whose read timeout, 3s by default, is
+// longer); longer blocks use the typed commands, which count whole seconds.
+func blockSeconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
+}
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

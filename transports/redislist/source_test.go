@@ -1,0 +1,356 @@
+package redislist
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/internal/redistest"
+	"github.com/flowrun/flowrun/transports/redisconn"
+)
+
+func TestNewOptions(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	src := newSource(t, c, Options{Key: "orders", Reliable: true, Consumer: "w1"})
+	if got := src.Options(); got.Processing != "orders:processing:w1" || got.Batch != DefaultBatch {
+		t.Fatalf("defaults: processing %q batch %d", got.Processing, got.Batch)
+	}
+	if _, err := New(c, Options{}, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "key is required") {
+		t.Fatalf("no key: %v", err)
+	}
+	if _, err := New(c, Options{Key: "k", Reliable: true, Processing: "k"}, zerolog.Nop()); err == nil {
+		t.Fatal("processing list equal to the key was accepted")
+	}
+	if got := newSource(t, c, Options{Key: "k"}).Options(); got.Processing != "" {
+		t.Fatalf("simple list has processing list %q", got.Processing)
+	}
+}
+
+func TestCrashRecoveryAtStart(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	src := newSource(t, c, Options{Key: "jobs", Reliable: true, Consumer: "w1", Batch: 10})
+	// What a crash leaves: p1 was moved first (oldest), so it sits at the right end.
+	lpush(t, c, "jobs:processing:w1", "p1", "p2", "p3")
+	lpush(t, c, "jobs", "n1", "n2")
+	r := receive(t, src)
+	var got []string
+	for range 5 {
+		d := r.next(t)
+		got = append(got, string(d.Payload))
+		if err := src.Settle(ctx, []engine.Settlement{{Delivery: d, Action: engine.ActAck}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The recovered elements are read first, in their original order.
+	if want := []string{"p1", "p2", "p3", "n1", "n2"}; !slices.Equal(got, want) {
+		t.Fatalf("read order %q, want %q", got, want)
+	}
+	wantList(t, c, "jobs")
+	wantList(t, c, "jobs:processing:w1")
+}
+
+func TestStopReturnsUnhandled(t *testing.T) {
+	for _, reliable := range []bool{true, false} {
+		t.Run(fmt.Sprintf("reliable=%v", reliable), func(t *testing.T) {
+			srv := redistest.Start(t)
+			c := srv.Client(t)
+			src := newSource(t, c, Options{Key: "q", Reliable: reliable, Consumer: "w1", Batch: 5})
+			lpush(t, c, "q", "e1", "e2", "e3", "e4", "e5", "e6")
+			r := receive(t, src)
+			d1, d2 := r.next(t), r.next(t)
+			if string(d1.Payload) != "e1" || string(d2.Payload) != "e2" {
+				t.Fatalf("read %q, %q", d1.Payload, d2.Payload)
+			}
+			waitFor(t, "the batch to be read", func() bool { return llen(t, c, "q") == 1 })
+			if err := r.stop(t); err != nil {
+				t.Fatal(err)
+			}
+			// e3..e5 were read but never accepted: back at the read end, in order.
+			wantList(t, c, "q", "e6", "e5", "e4", "e3")
+			if reliable {
+				// The two the engine holds stay in processing until they are settled.
+				wantList(t, c, "q:processing:w1", "e2", "e1")
+				if err := src.Settle(context.Background(), []engine.Settlement{
+					{Delivery: d1, Action: engine.ActAck}, {Delivery: d2, Action: engine.ActAck},
+				}); err != nil {
+					t.Fatal(err)
+				}
+				wantList(t, c, "q:processing:w1")
+			}
+		})
+	}
+}
+
+func TestBackpressure(t *testing.T) {
+	for _, reliable := range []bool{true, false} {
+		t.Run(fmt.Sprintf("reliable=%v", reliable), func(t *testing.T) {
+			srv := redistest.Start(t)
+			c := srv.Client(t)
+			const batch, total = 10, 100
+			src := newSource(t, c, Options{Key: "bp", Reliable: reliable, Consumer: "w1", Batch: batch})
+			elems := make([]string, total)
+			for i := range elems {
+				elems[i] = fmt.Sprintf("e%03d", i)
+			}
+			lpush(t, c, "bp", elems...)
+			r := receive(t, src)
+			out := func() int64 { return total - llen(t, c, "bp") } // moved out of the list
+			waitFor(t, "the first batch", func() bool { return out() == batch })
+			// Nothing accepted: no further read.
+			time.Sleep(200 * time.Millisecond) // asserting that nothing happens needs a wait
+			if n := out(); n != batch {
+				t.Fatalf("%d elements out of the list with none accepted, want %d", n, batch)
+			}
+			for i := range batch - 1 {
+				if d := r.next(t); string(d.Payload) != elems[i] {
+					t.Fatalf("delivery %d = %q, want %q", i, d.Payload, elems[i])
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+			if n := out(); n != batch {
+				t.Fatalf("%d out with 9 of the batch accepted, want %d", n, batch)
+			}
+			r.next(t) // the batch is all accepted: the next read may start
+			waitFor(t, "the second batch", func() bool { return out() == 2*batch })
+			if reliable {
+				if n := llen(t, c, "bp:processing:w1"); n != 2*batch {
+					t.Fatalf("processing list holds %d, want %d", n, 2*batch)
+				}
+			}
+		})
+	}
+}
+
+// runEngine runs one pipeline over src until stop is called; stop returns Run's error.
+func runEngine(t *testing.T, p *engine.Pipeline) (stop func() error) {
+	t.Helper()
+	if p.Name == "" {
+		p.Name = "p"
+	}
+	p.Logger = zerolog.Nop()
+	if p.ShutdownTimeout == 0 {
+		p.ShutdownTimeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- engine.New(engine.Options{}, p).Run(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(waitTimeout):
+				t.Fatal("engine did not stop")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+func TestEngineBackpressure(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	// Reads come in whole batches, each once the last is all accepted: with 7 handlers busy,
+	// batch 5, two batches are out (7 accepted, 3 waiting), within N + batch.
+	const n, batch, total, wantOut = 7, 5, 60, 10
+	src := newSource(t, c, Options{Key: "ebp", Reliable: true, Consumer: "w1", Batch: batch})
+	for i := range total {
+		lpush(t, c, "ebp", fmt.Sprint(i))
+	}
+	release := make(chan struct{})
+	var mu sync.Mutex
+	handled := map[string]int{}
+	stop := runEngine(t, &engine.Pipeline{Source: src, Concurrency: n,
+		Handler: engine.HandlerFunc(func(ctx context.Context, d *engine.Delivery) engine.Result {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			mu.Lock()
+			handled[string(d.Payload)]++
+			mu.Unlock()
+			return engine.Result{Outcome: engine.Ack()}
+		})})
+	waitFor(t, "two batches in processing", func() bool { return llen(t, c, "ebp:processing:w1") == wantOut })
+	time.Sleep(300 * time.Millisecond)
+	if got := llen(t, c, "ebp:processing:w1"); got != wantOut || got > n+batch {
+		t.Fatalf("processing list holds %d with every handler busy, want %d (≤ N + batch)", got, wantOut)
+	}
+	close(release)
+	waitFor(t, "the backlog to drain", func() bool {
+		return llen(t, c, "ebp") == 0 && llen(t, c, "ebp:processing:w1") == 0
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if len(handled) != total {
+		t.Fatalf("handled %d distinct elements, want %d", len(handled), total)
+	}
+}
+
+// TestEngineOutcomes runs SPEC §4's rows through the engine: ack, drop, retry up to the cap into
+// the dead-letter list, and retry_after's runtime copy back to the list.
+func TestEngineOutcomes(t *testing.T) {
+	for _, reliable := range []bool{true, false} {
+		t.Run(fmt.Sprintf("reliable=%v", reliable), func(t *testing.T) {
+			srv := redistest.Start(t)
+			c := srv.Client(t)
+			src := newSource(t, c, Options{Key: "eo", Reliable: reliable, Consumer: "w1", Batch: 4})
+			lpush(t, c, "eo", "ack", "drop", `{"headers":{"h":"v"},"payload":"retry"}`, "later")
+			var mu sync.Mutex
+			var seen []string
+			stop := runEngine(t, &engine.Pipeline{Source: src, Concurrency: 2, MaxAttempts: 2, DeadLetter: "eo.dlq",
+				Handler: engine.HandlerFunc(func(ctx context.Context, d *engine.Delivery) engine.Result {
+					mu.Lock()
+					seen = append(seen, fmt.Sprintf("%s/%d", d.Payload, d.Attempt))
+					mu.Unlock()
+					switch p := string(d.Payload); {
+					case p == "drop":
+						return engine.Result{Outcome: engine.Drop()}
+					case p == "retry":
+						return engine.Result{Outcome: engine.Retry()}
+					case p == "later" && d.Attempt == 1:
+						return engine.Result{Outcome: engine.RetryAfter(100 * time.Millisecond)}
+					}
+					return engine.Result{Outcome: engine.Ack()}
+				})})
+			waitFor(t, "six handler runs", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == 6 })
+			waitFor(t, "a dead letter", func() bool { return llen(t, c, "eo.dlq") == 1 })
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(seen)
+			if want := []string{"ack/1", "drop/1", "later/1", "later/2", "retry/1", "retry/2"}; !slices.Equal(seen, want) {
+				t.Fatalf("handled %q, want %q", seen, want)
+			}
+			wantList(t, c, "eo")
+			wantList(t, c, "eo:processing:w1")
+			dl := lrange(t, c, "eo.dlq")[0]
+			for _, part := range []string{`"h":"v"`, `"x-attempts":"2"`, `"x-original-key":"eo"`, `"x-retry-count":"1"`, `"payload":"retry"`} {
+				if !strings.Contains(dl, part) {
+					t.Fatalf("dead letter %s lacks %s", dl, part)
+				}
+			}
+		})
+	}
+}
+
+func TestReconnect(t *testing.T) {
+	// With AOF the processing list survives the restart, as on a persistent production server.
+	srv := redistest.Start(t, "--appendonly", "yes", "--appendfsync", "always")
+	c := srv.Client(t)
+	ctx := context.Background()
+	old := sweepEvery
+	t.Cleanup(func() { sweepEvery = old })
+	sweepEvery = time.Hour // only the failed read may trigger the sweep here
+
+	src := newSource(t, c, Options{Key: "rc", Reliable: true, Consumer: "w1"})
+	lpush(t, c, "rc", "before")
+	r := receive(t, src)
+	d := r.next(t)
+	waitFor(t, "ready", src.Ready)
+	// A BLMOVE whose reply was lost: an element in processing that the engine never got.
+	lpush(t, c, "rc:processing:w1", "stray")
+
+	srv.Kill()
+	waitFor(t, "not ready while Redis is down", func() bool { return !src.Ready() })
+	srv.Restart(t)
+	waitFor(t, "ready again", src.Ready)
+
+	// The settlement the engine retries after the reconnect simply succeeds.
+	if err := src.Settle(ctx, []engine.Settlement{{Delivery: d, Action: engine.ActAck}}); err != nil {
+		t.Fatal(err)
+	}
+	// The stray element went back to the list and is read again; new elements flow.
+	if got := r.next(t); string(got.Payload) != "stray" {
+		t.Fatalf("after reconnect read %q, want stray", got.Payload)
+	}
+	lpush(t, c, "rc", "after")
+	got := r.next(t)
+	if string(got.Payload) != "after" {
+		t.Fatalf("read %q, want after", got.Payload)
+	}
+	wantList(t, c, "rc:processing:w1", "after", "stray")
+}
+
+func TestAuthErrorEndsReceive(t *testing.T) {
+	srv := redistest.Start(t, "--requirepass", "s3cret-pw")
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: "wrong-pw"})
+	t.Cleanup(func() { c.Close() })
+	src := newSource(t, c, Options{Key: "auth", Reliable: true, Consumer: "w1"})
+	done := make(chan error, 1)
+	go func() { done <- src.Receive(context.Background(), make(chan *engine.Delivery)) }()
+	select {
+	case err := <-done:
+		if !redisconn.IsAuthError(err) || strings.Contains(err.Error(), "wrong-pw") {
+			t.Fatalf("Receive = %v, want a redacted auth error", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("Receive kept retrying an authentication error")
+	}
+}
+
+// startCluster runs a one-node Redis Cluster owning every slot.
+func startCluster(t *testing.T) *redis.ClusterClient {
+	t.Helper()
+	srv := redistest.Start(t, "--cluster-enabled", "yes", "--cluster-config-file", t.TempDir()+"/nodes.conf")
+	ctx := context.Background()
+	if err := srv.Client(t).Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "cluster_state:ok", func() bool {
+		info, _ := srv.Client(t).ClusterInfo(ctx).Result()
+		return strings.Contains(info, "cluster_state:ok")
+	})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestCluster(t *testing.T) {
+	c := startCluster(t)
+	ctx := context.Background()
+	if _, err := New(c, Options{Key: "orders", Reliable: true, Consumer: "w1"}, zerolog.Nop()); err == nil ||
+		!strings.Contains(err.Error(), "hash tag") {
+		t.Fatalf("untagged processing list in a cluster: %v", err)
+	}
+	src := newSource(t, c, Options{Key: "{orders}", Reliable: true, Consumer: "w1"})
+	lpush(t, c, "{orders}", "a", "b", "c")
+	r := receive(t, src)
+	ds := []*engine.Delivery{r.next(t), r.next(t), r.next(t)}
+	r.stop(t)
+	// The dead letter is on another slot: written first, outside the MULTI.
+	batch := []engine.Settlement{
+		settlement(src, ds[0], engine.Ack(), 0),
+		settlement(src, ds[1], engine.Retry(), 0),
+		settlement(src, ds[2], engine.DeadLetter("x"), 0),
+	}
+	if err := src.Settle(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	wantList(t, c, "{orders}:processing:w1")
+	wantList(t, c, "{orders}", `{"headers":{"x-retry-count":"1"},"payload":"b"}`)
+	if n := llen(t, c, "dlq"); n != 1 {
+		t.Fatalf("dlq has %d, want 1", n)
+	}
+	if err := NewSink(c).Publish(ctx, &engine.Message{Key: "x1", Payload: []byte("1")}, &engine.Message{Key: "x2", Payload: []byte("2")}); err != nil {
+		t.Fatal(err)
+	}
+	wantList(t, c, "x1", "1")
+	wantList(t, c, "x2", "2")
+}

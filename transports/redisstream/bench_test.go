@@ -1,0 +1,200 @@
+package redisstream
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/internal/redistest"
+)
+
+// benchEntries is the preloaded backlog each iteration drains.
+const benchEntries = 50_000
+
+// BenchmarkDrain compares draining a preloaded stream through Source.Receive + Settle(ActAck)
+// with a plain go-redis loop (XREADGROUP COUNT 1000 + one XACK per batch), on one
+// redis-server, reporting msgs/s for each:
+//
+//	go test -run '^$' -bench Drain -benchtime 3x ./transports/redisstream/
+func BenchmarkDrain(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := srv.Client(b)
+	b.Run("plain-go-redis", func(b *testing.B) {
+		drain(b, rdb, func(ctx context.Context, stream string) func() {
+			for left := benchEntries; left > 0; {
+				res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+					Group: "g", Consumer: "c", Streams: []string{stream, ">"}, Count: 1000, Block: time.Second,
+				}).Result()
+				if err != nil {
+					b.Fatal(err)
+				}
+				msgs := res[0].Messages
+				ids := make([]string, len(msgs))
+				for i, m := range msgs {
+					ids[i] = m.ID
+				}
+				if err := rdb.XAck(ctx, stream, "g", ids...).Err(); err != nil {
+					b.Fatal(err)
+				}
+				left -= len(msgs)
+			}
+			return func() {}
+		})
+	})
+	for _, batch := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("source-batch-%d", batch), func(b *testing.B) {
+			c := srv.NewClient()
+			defer c.Close()
+			drain(b, rdb, func(ctx context.Context, stream string) func() {
+				src, err := New(c, Options{Kind: KindStream, Stream: stream, Group: "g", Consumer: "c", Batch: batch}, zerolog.Nop())
+				if err != nil {
+					b.Fatal(err)
+				}
+				return sourceDrain(b, ctx, src, batch)
+			})
+		})
+	}
+}
+
+// BenchmarkDrainEngineShape drains through the shape of the engine's runtime: an unbuffered
+// delivery channel, two handler goroutines, a decisions channel and one settler goroutine that
+// settles whatever decisions are waiting. It shows how the decisions buffer sets the size of
+// each Settle call, and so the number of round trips per message.
+func BenchmarkDrainEngineShape(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := srv.Client(b)
+	for _, buf := range []int{2, 1024} {
+		b.Run(fmt.Sprintf("decisions-buffer-%d", buf), func(b *testing.B) {
+			c := srv.NewClient()
+			defer c.Close()
+			var calls, settled int
+			drain(b, rdb, func(ctx context.Context, stream string) func() {
+				src, err := New(c, Options{Kind: KindStream, Stream: stream, Group: "g", Consumer: "c", Batch: 1000}, zerolog.Nop())
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(ctx)
+				out := make(chan *engine.Delivery)
+				decisions := make(chan engine.Settlement, buf)
+				done := make(chan error, 1)
+				go func() { done <- src.Receive(ctx, out) }()
+				for range 2 {
+					go func() {
+						for {
+							select {
+							case d := <-out:
+								decisions <- engine.Settlement{Delivery: d, Action: engine.ActAck}
+							case <-ctx.Done():
+								return
+							}
+						}
+					}()
+				}
+				sts := make([]engine.Settlement, 0, 512)
+				for n := 0; n < benchEntries; {
+					sts = append(sts[:0], <-decisions)
+				more:
+					for len(sts) < 512 {
+						select {
+						case st := <-decisions:
+							sts = append(sts, st)
+						default:
+							break more
+						}
+					}
+					if err := src.Settle(ctx, sts); err != nil {
+						b.Fatal(err)
+					}
+					n += len(sts)
+					calls++
+					settled += len(sts)
+				}
+				return func() {
+					cancel()
+					<-done
+					src.Close()
+				}
+			})
+			b.ReportMetric(float64(settled)/float64(calls), "settlements/call")
+		})
+	}
+}
+
+// sourceDrain plays a no-op engine: it takes deliveries as they come and settles whatever has
+// arrived (up to a batch) with one Settle call. It returns once everything is settled, with a
+// function that stops the source (outside the timing: the last read blocks for up to block).
+func sourceDrain(b *testing.B, ctx context.Context, src *Source, batch int) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	out := make(chan *engine.Delivery, batch)
+	done := make(chan error, 1)
+	go func() { done <- src.Receive(ctx, out) }()
+	sts := make([]engine.Settlement, 0, batch)
+	for settled := 0; settled < benchEntries; {
+		sts = append(sts[:0], engine.Settlement{Delivery: <-out, Action: engine.ActAck})
+	more:
+		for len(sts) < batch {
+			select {
+			case d := <-out:
+				sts = append(sts, engine.Settlement{Delivery: d, Action: engine.ActAck})
+			default:
+				break more
+			}
+		}
+		if err := src.Settle(ctx, sts); err != nil {
+			b.Fatal(err)
+		}
+		settled += len(sts)
+	}
+	return func() {
+		cancel()
+		<-done
+		src.Close()
+	}
+}
+
+// drain preloads a fresh stream per iteration (untimed) and times fn draining it.
+func drain(b *testing.B, rdb *redis.Client, fn func(ctx context.Context, stream string) (stop func())) {
+	ctx := context.Background()
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		stream := fmt.Sprintf("bench-%s-%d", b.Name(), i)
+		preload(b, rdb, stream)
+		b.StartTimer()
+		start := time.Now()
+		stop := fn(ctx, stream)
+		total += time.Since(start)
+		b.StopTimer()
+		stop()
+		if n, _ := rdb.XPending(ctx, stream, "g").Result(); n.Count != 0 {
+			b.Fatalf("%d entries left pending", n.Count)
+		}
+		rdb.Del(ctx, stream)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(benchEntries*b.N)/total.Seconds(), "msgs/s")
+}
+
+func preload(b testing.TB, rdb *redis.Client, stream string) {
+	ctx := context.Background()
+	payload := `{"id":12345,"amount":99.5,"currency":"EUR"}`
+	for done := 0; done < benchEntries; done += 1000 {
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for j := 0; j < 1000; j++ {
+				p.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []string{"payload", payload, "tenant", "t1"}})
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := rdb.XGroupCreate(ctx, stream, "g", "0").Err(); err != nil {
+		b.Fatal(err)
+	}
+}

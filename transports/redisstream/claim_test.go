@@ -1,0 +1,244 @@
+package redisstream
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/engine"
+)
+
+const testMinIdle = 300 * time.Millisecond
+
+func claimOpts(kind, consumer string) Options {
+	return Options{Kind: kind, Stream: "s", Group: "g", Consumer: consumer,
+		MinIdle: testMinIdle, Block: 50 * time.Millisecond}
+}
+
+func leave(d *engine.Delivery) engine.Settlement {
+	return engine.Settlement{Delivery: d, Action: engine.ActLeave}
+}
+
+// expectCounts checks a claiming/reclaim delivery's numbers and SPEC §6 headers.
+func expectCounts(t *testing.T, d *engine.Delivery, attempt, count int, idleMin, idleMax int64) {
+	t.Helper()
+	hc, _ := strconv.Atoi(d.Headers[engine.HeaderDeliveryCount])
+	hi, err := strconv.ParseInt(d.Headers[engine.HeaderIdleMS], 10, 64)
+	if d.Attempt != attempt || d.DeliveryCount != count || hc != count || err != nil || hi != d.IdleMS ||
+		d.IdleMS < idleMin || d.IdleMS > idleMax {
+		t.Fatalf("delivery %s: attempt %d count %d idle %d headers %v; want attempt %d count %d idle in [%d,%d]",
+			d.ID, d.Attempt, d.DeliveryCount, d.IdleMS, d.Headers, attempt, count, idleMin, idleMax)
+	}
+}
+
+// A retried (left) entry moves between two consumers; each delivery's numbers follow Redis's
+// delivery count, the way SPEC §6 defines them per kind.
+func TestDeliveryCountsAcrossConsumers(t *testing.T) {
+	minIdle := testMinIdle.Milliseconds()
+	tests := []struct {
+		kind string
+		// per delivery i (0 = fresh): attempt, x-delivery-count, idle bounds
+		attempt func(i int) int
+		count   func(i int) int
+		idle    func(i int) (int64, int64)
+	}{
+		{
+			kind:    KindClaiming,
+			attempt: func(i int) int { return i + 1 },
+			count:   func(i int) int { return i }, // deliveries before this one
+			idle: func(i int) (int64, int64) {
+				if i == 0 {
+					return 0, 0
+				}
+				return minIdle, minIdle + 5000 // from XPENDING: at least min_idle
+			},
+		},
+		{
+			kind:    KindReclaim,
+			attempt: func(i int) int { return i + 1 },
+			count:   func(i int) int { return i + 1 }, // including this one
+			idle: func(i int) (int64, int64) {
+				if i == 0 {
+					return 0, 0
+				}
+				return minIdle, minIdle // exactly min_idle, a lower bound
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind, func(t *testing.T) {
+			e := newEnv(t)
+			a := e.start(claimOpts(tt.kind, "a"))
+			b := e.start(claimOpts(tt.kind, "b"))
+			id := e.xadd("s", "payload", "p", "h", "v")
+			// Whoever reads first gets the fresh entry; then it alternates as each leaves it.
+			var d *engine.Delivery
+			var holder *running
+			select {
+			case d = <-a.out:
+				holder = a
+			case d = <-b.out:
+				holder = b
+			case <-time.After(5 * time.Second):
+				t.Fatal("fresh entry not delivered")
+			}
+			for i := 0; i < 3; i++ {
+				if d.ID != id || string(d.Payload) != "p" || d.Headers["h"] != "v" {
+					t.Fatalf("delivery %d: %s %q %v", i, d.ID, d.Payload, d.Headers)
+				}
+				lo, hi := tt.idle(i)
+				expectCounts(t, d, tt.attempt(i), tt.count(i), lo, hi)
+				p, _ := e.pendingOf("s", "g", id)
+				if p.Consumer != holder.src.o.Consumer || p.RetryCount != int64(i+1) {
+					t.Fatalf("delivery %d: XPENDING %+v, want owner %s count %d", i, p, holder.src.o.Consumer, i+1)
+				}
+				holder.settle(t, leave(d)) // retry in place: released now
+				if i == 2 {
+					break
+				}
+				// The next delivery comes after min_idle, to either consumer.
+				left := time.Now()
+				select {
+				case d = <-a.out:
+					holder = a
+				case d = <-b.out:
+					holder = b
+				case <-time.After(5 * time.Second):
+					t.Fatalf("delivery %d never reclaimed", i+1)
+				}
+				if waited := time.Since(left); waited < testMinIdle-20*time.Millisecond {
+					t.Fatalf("reclaimed after %s, before min_idle %s", waited, testMinIdle)
+				}
+			}
+			holder.settle(t, ack(d)...)
+			if n := e.pending("s", "g"); n != 0 {
+				t.Fatalf("pending = %d after ack", n)
+			}
+			want := engine.Capabilities{Ack: true, RetryInPlace: true, MinIdle: testMinIdle, DeliveryCount: true}
+			if got := a.src.Capabilities(); got != want {
+				t.Fatalf("capabilities %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+// An entry left pending by a consumer that died is claimed by a live one; one in flight at a
+// live, slow consumer is kept from looking idle and never claimed (SPEC §4).
+func TestKeepAliveProtectsSlowEntry(t *testing.T) {
+	for _, kind := range []string{KindClaiming, KindReclaim} {
+		t.Run(kind, func(t *testing.T) {
+			e := newEnv(t)
+			e.rdb.XGroupCreateMkStream(e.ctx, "s", "g", "0")
+			dead := e.xadd("s", "payload", "dead")
+			// A consumer that read it and died.
+			e.rdb.XReadGroup(e.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "ghost", Streams: []string{"s", ">"}})
+			slow := e.xadd("s", "payload", "slow")
+			a := e.start(claimOpts(kind, "a"))
+			got := a.recv(t, 1, 5*time.Second)[0]
+			if got.ID != slow {
+				t.Fatalf("a got %s first, want the fresh %s", got.ID, slow)
+			}
+			// a holds "slow" (a handler running long); b starts and must take only "dead".
+			b := e.start(claimOpts(kind, "b"))
+			var fromA, fromB []*engine.Delivery
+			deadline := time.After(4 * testMinIdle)
+		loop:
+			for {
+				select {
+				case d := <-a.out:
+					fromA = append(fromA, d)
+				case d := <-b.out:
+					fromB = append(fromB, d)
+				case <-deadline:
+					break loop
+				}
+			}
+			all := append(append([]*engine.Delivery{}, fromA...), fromB...)
+			if len(all) != 1 || all[0].ID != dead {
+				ids := []string{}
+				for _, d := range all {
+					ids = append(ids, d.ID)
+				}
+				t.Fatalf("deliveries in 4×min_idle: %v; want only the dead consumer's %s", ids, dead)
+			}
+			p, ok := e.pendingOf("s", "g", slow)
+			if !ok || p.Consumer != "a" || p.RetryCount != 1 || p.Idle >= testMinIdle {
+				t.Fatalf("slow entry pending %+v (ok %v); want owner a, count 1, idle < min_idle", p, ok)
+			}
+			a.settle(t, ack(got)...)
+			for _, d := range all {
+				for _, r := range []*running{a, b} {
+					if err := r.src.Settle(e.ctx, ack(d)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if n := e.pending("s", "g"); n != 0 {
+				t.Fatalf("pending = %d, want 0", n)
+			}
+		})
+	}
+}
+
+// ActLeave with HoldUntil keeps the entry from looking idle until then; afterwards it is
+// claimed once idle for min_idle.
+func TestLeaveHoldUntil(t *testing.T) {
+	e := newEnv(t)
+	a := e.start(claimOpts(KindClaiming, "a"))
+	id := e.xadd("s", "payload", "p")
+	d := a.recv(t, 1, 5*time.Second)[0]
+	hold := time.Now().Add(3 * testMinIdle)
+	a.settle(t, engine.Settlement{Delivery: d, Action: engine.ActLeave, HoldUntil: hold})
+	b := e.start(claimOpts(KindClaiming, "b"))
+	var got *engine.Delivery
+	select {
+	case got = <-a.out:
+	case got = <-b.out:
+	case <-time.After(hold.Add(5 * time.Second).Sub(time.Now())):
+		t.Fatal("left entry never taken back")
+	}
+	at := time.Now()
+	if got.ID != id || got.Attempt != 2 {
+		t.Fatalf("got %s attempt %d", got.ID, got.Attempt)
+	}
+	// Kept alive until hold, then idle for min_idle: not before hold + min_idle (less a tick).
+	if earliest := hold.Add(testMinIdle - 20*time.Millisecond); at.Before(earliest) {
+		t.Fatalf("taken back %s before hold+min_idle", earliest.Sub(at))
+	}
+}
+
+// Ids that XAUTOCLAIM reports deleted are acknowledged; Redis 7's XCLAIM drops them itself.
+func TestDeletedPendingEntriesAcked(t *testing.T) {
+	for _, kind := range []string{KindClaiming, KindReclaim} {
+		t.Run(kind, func(t *testing.T) {
+			e := newEnv(t)
+			e.rdb.XGroupCreateMkStream(e.ctx, "s", "g", "0")
+			ids := e.xaddN("s", 3)
+			e.rdb.XReadGroup(e.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "ghost", Streams: []string{"s", ">"}})
+			e.rdb.XDel(e.ctx, "s", ids[0], ids[2])
+			a := e.start(claimOpts(kind, "a"))
+			d := a.recv(t, 1, 5*time.Second)[0]
+			if d.ID != ids[1] {
+				t.Fatalf("got %s, want the surviving %s", d.ID, ids[1])
+			}
+			e.waitFor("deleted ids to leave the PEL", 5*time.Second, func() bool { return e.pending("s", "g") == 1 })
+			a.quiet(t, 2*testMinIdle)
+		})
+	}
+}
+
+func TestClaimingNeverRunsAheadOfBatch(t *testing.T) {
+	e := newEnv(t)
+	e.xaddN("s", 100)
+	o := claimOpts(KindClaiming, "a")
+	o.Batch = 10
+	a := e.start(o)
+	a.recv(t, 5, 5*time.Second)
+	// Nothing more is taken: pending never exceeds handed-out + one batch.
+	e.waitFor("read to stall", 2*time.Second, func() bool { return e.pending("s", "g") >= 10 })
+	if n := e.pending("s", "g"); n > 5+10 {
+		t.Fatalf("pending = %d with 5 handed out and batch 10", n)
+	}
+}

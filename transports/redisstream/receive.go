@@ -1,0 +1,471 @@
+package redisstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/transports/redisconn"
+)
+
+// Receive reads until ctx ends and returns nil then. A failing read (Redis down, connection
+// lost, group deleted) is retried with backoff, logged once per state change, and Ready is
+// false meanwhile. The one error it returns is an authentication failure before any read has
+// succeeded: a configuration problem (SPEC §10), with the password redacted.
+//
+// A read blocked in XREADGROUP is not interrupted by ctx; Receive returns within one block.
+func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error {
+	if s.closed.Load() {
+		return errors.New("redisstream: receive on a closed source")
+	}
+	s.startKeepAlive()
+	r := &reader{s: s, out: out}
+	r.reset()
+	var bo redisconn.Backoff
+	state := redisconn.NewStateLog(s.log, "redis stream read", s.secrets...)
+	everOK := false
+	for ctx.Err() == nil {
+		err := r.step(ctx)
+		if err == nil {
+			everOK = true
+			s.ready.Store(true)
+			state.OK()
+			bo.Reset()
+			continue
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		s.ready.Store(false)
+		err = redisconn.RedactError(err, s.secrets...)
+		if !everOK && redisconn.IsAuthError(err) {
+			return fmt.Errorf("redisstream: %s: %w", s.o.Stream, err)
+		}
+		state.Fail(err)
+		r.reset()
+		t := time.NewTimer(bo.Next())
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return nil
+}
+
+// reader is Receive's state; only Receive's goroutine touches it.
+type reader struct {
+	s         *Source
+	out       chan<- *engine.Delivery
+	needGroup bool   // XGROUP CREATE before the next read
+	pending   bool   // stream kind: re-reading own pending entries
+	cursor    string // pending re-read: last id seen
+	autoclaim string // reclaim: XAUTOCLAIM cursor
+	dials     uint64 // stream: the dial count when last checked
+}
+
+// reset is the state at start and after any failure: the group may be gone (a restarted Redis
+// without persistence), and a stream source re-reads its own pending entries (SPEC §10).
+func (r *reader) reset() {
+	r.needGroup = true
+	r.pending = r.s.o.Kind == KindStream
+	r.cursor = "0"
+	r.autoclaim = "0-0"
+}
+
+// step is one read: move due delayed copies, read, hand the entries over.
+func (r *reader) step(ctx context.Context) error {
+	s := r.s
+	if s.dials != nil {
+		if n := s.dials.n.Load(); n != r.dials {
+			r.dials = n
+			r.reset() // a reconnect go-redis handled silently: re-read own pending entries
+		}
+	}
+	if r.needGroup {
+		if err := s.ensureGroup(ctx); err != nil {
+			return err
+		}
+		r.needGroup = false
+	}
+	if s.durable {
+		if err := s.moveDue(ctx); err != nil {
+			return err
+		}
+	}
+	if r.pending {
+		ds, err := r.readPending(ctx)
+		if err != nil {
+			return err
+		}
+		return r.push(ctx, ds)
+	}
+	var (
+		claimed []*engine.Delivery
+		err     error
+	)
+	switch s.o.Kind {
+	case KindClaiming:
+		claimed, err = s.claimIdle(ctx)
+	case KindReclaim:
+		claimed, err = r.autoClaim(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	// Never more than one batch ahead of the channel: claimed entries use up the batch.
+	var fresh []*engine.Delivery
+	if room := s.o.Batch - len(claimed); room > 0 {
+		block := s.blockFor()
+		if len(claimed) > 0 {
+			block = -1 // work in hand: do not wait for more
+		}
+		fresh, err = s.readNew(ctx, room, block)
+	}
+	if perr := r.push(ctx, append(claimed, fresh...)); perr != nil {
+		return perr
+	}
+	return err
+}
+
+// push hands ds to the engine in order. On ctx's end the rest are untracked: they stay pending
+// in Redis for the next start (stream) or for min_idle (claiming, reclaim).
+func (r *reader) push(ctx context.Context, ds []*engine.Delivery) error {
+	for i, d := range ds {
+		select {
+		case r.out <- d:
+		case <-ctx.Done():
+			ids := make([]string, 0, len(ds)-i)
+			for _, d := range ds[i:] {
+				ids = append(ids, d.ID)
+			}
+			r.s.track.remove(ids)
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (s *Source) ensureGroup(ctx context.Context) error {
+	err := s.c.XGroupCreateMkStream(ctx, s.o.Stream, s.o.Group, s.o.Start).Err()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("redisstream: create group %s on %s: %w", s.o.Group, s.o.Stream, err)
+	}
+	return nil
+}
+
+// blockFor is how long a read for new entries may block: block, but no longer than until the
+// next delayed copy this source knows of comes due.
+func (s *Source) blockFor() time.Duration {
+	b := s.o.Block
+	if nd := s.nextDue.Load(); s.durable && nd != 0 {
+		if until := time.Until(time.UnixMilli(nd)); until < b {
+			b = max(until.Round(time.Millisecond), time.Millisecond)
+		}
+	}
+	return b
+}
+
+// readNew reads up to count new entries (XREADGROUP >); block < 0 does not block.
+func (s *Source) readNew(ctx context.Context, count int, block time.Duration) ([]*engine.Delivery, error) {
+	msgs, err := s.xreadgroup(ctx, ">", count, block)
+	if err != nil || len(msgs) == 0 {
+		return nil, err
+	}
+	ds := s.deliveries(msgs, time.Now())
+	for _, d := range ds {
+		switch s.o.Kind {
+		case KindClaiming:
+			d.Attempt, d.DeliveryCount, d.IdleMS = 1, 0, 0
+			setCountHeaders(d)
+		case KindReclaim:
+			d.Attempt, d.DeliveryCount, d.IdleMS = 1, 1, 0
+			setCountHeaders(d)
+		}
+	}
+	s.trackDeliveries(ds)
+	return ds, nil
+}
+
+// readPending reads one page of this consumer's own pending entries (stream kind, SPEC §2):
+// those still in flight here are skipped, those whose data was deleted are acknowledged.
+func (r *reader) readPending(ctx context.Context) ([]*engine.Delivery, error) {
+	s := r.s
+	inFlight := s.track.snapshot()
+	msgs, err := s.xreadgroup(ctx, r.cursor, s.o.Batch, -1)
+	if err != nil {
+		return nil, err
+	}
+	if len(msgs) == 0 {
+		r.pending, r.cursor = false, "0"
+		return nil, nil
+	}
+	r.cursor = msgs[len(msgs)-1].ID
+	keep := msgs[:0]
+	var deleted []string
+	for _, m := range msgs {
+		switch {
+		case len(m.Values) == 0:
+			deleted = append(deleted, m.ID)
+		default:
+			if _, busy := inFlight[m.ID]; !busy && !s.track.has(m.ID) {
+				keep = append(keep, m)
+			}
+		}
+	}
+	if err := s.ackDeleted(ctx, deleted); err != nil {
+		return nil, err
+	}
+	ds := s.deliveries(keep, time.Now())
+	s.trackDeliveries(ds)
+	return ds, nil
+}
+
+func (s *Source) xreadgroup(ctx context.Context, id string, count int, block time.Duration) ([]redis.XMessage, error) {
+	res, err := s.c.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group:    s.o.Group,
+		Consumer: s.o.Consumer,
+		Streams:  []string{s.o.Stream, id},
+		Count:    int64(count),
+		Block:    block,
+	}).Result()
+	if isNil(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redisstream: xreadgroup %s: %w", s.o.Stream, err)
+	}
+	if len(res) == 0 {
+		return nil, nil
+	}
+	return res[0].Messages, nil
+}
+
+// claimIdle is the claiming kind's pass over idle entries of any consumer (SPEC §2): XPENDING
+// IDLE min_idle, then XCLAIM with min_idle, so when two workers race only one wins each id.
+func (s *Source) claimIdle(ctx context.Context) ([]*engine.Delivery, error) {
+	pend, err := s.c.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: s.o.Stream, Group: s.o.Group, Idle: s.o.MinIdle,
+		Start: "-", End: "+", Count: int64(s.o.Batch),
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisstream: xpending %s: %w", s.o.Stream, err)
+	}
+	type info struct{ count, idle int64 }
+	infos := make(map[string]info, len(pend))
+	ids := make([]string, 0, len(pend))
+	for _, p := range pend {
+		if s.track.has(p.ID) {
+			continue
+		}
+		infos[p.ID] = info{p.RetryCount, p.Idle.Milliseconds()}
+		ids = append(ids, p.ID)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	msgs, err := s.c.XClaim(ctx, &redis.XClaimArgs{
+		Stream: s.o.Stream, Group: s.o.Group, Consumer: s.o.Consumer,
+		MinIdle: s.o.MinIdle, Messages: ids,
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisstream: xclaim %s: %w", s.o.Stream, err)
+	}
+	// Redis 7 drops deleted entries from the PEL inside XCLAIM; older servers return them with
+	// no fields, and they are acknowledged here.
+	keep := msgs[:0]
+	var deleted []string
+	for _, m := range msgs {
+		if len(m.Values) == 0 {
+			deleted = append(deleted, m.ID)
+		} else {
+			keep = append(keep, m)
+		}
+	}
+	if err := s.ackDeleted(ctx, deleted); err != nil {
+		return nil, err
+	}
+	ds := s.deliveries(keep, time.Now())
+	for _, d := range ds {
+		in := infos[d.ID]
+		d.DeliveryCount = int(in.count) // deliveries before this one
+		d.Attempt = d.DeliveryCount + 1
+		d.IdleMS = in.idle
+		setCountHeaders(d)
+	}
+	s.trackDeliveries(ds)
+	return ds, nil
+}
+
+// autoClaim is the reclaim kind's pass (SPEC §2): XAUTOCLAIM min_idle from the kept cursor,
+// acknowledging ids it reports deleted, then one XPENDING over the claimed range to learn the
+// delivery counts (which now include this delivery).
+func (r *reader) autoClaim(ctx context.Context) ([]*engine.Delivery, error) {
+	s := r.s
+	msgs, next, deleted, err := s.c.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
+		Stream: s.o.Stream, Group: s.o.Group, Consumer: s.o.Consumer,
+		MinIdle: s.o.MinIdle, Start: r.autoclaim, Count: int64(s.o.Batch),
+	}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisstream: xautoclaim %s: %w", s.o.Stream, err)
+	}
+	r.autoclaim = next
+	if next == "" {
+		r.autoclaim = "0-0"
+	}
+	keep := msgs[:0]
+	for _, m := range msgs {
+		switch {
+		case len(m.Values) == 0:
+			deleted = append(deleted, m.ID)
+		case !s.track.has(m.ID): // still in flight here: its keep-alive lagged, do not run it twice
+			keep = append(keep, m)
+		}
+	}
+	if err := s.ackDeleted(ctx, deleted); err != nil {
+		return nil, err
+	}
+	if len(keep) == 0 {
+		return nil, nil
+	}
+	counts, err := s.pendingCounts(ctx, keep)
+	if err != nil {
+		return nil, err
+	}
+	idle := s.o.MinIdle.Milliseconds() // a lower bound: XAUTOCLAIM reset the idle time
+	ds := s.deliveries(keep, time.Now())
+	out := ds[:0]
+	for _, d := range ds {
+		n, ok := counts[d.ID]
+		if !ok {
+			// Not pending for us any more: settled elsewhere between the two commands.
+			s.log.Debug().Str("id", d.ID).Msg("reclaimed entry no longer pending; skipped")
+			continue
+		}
+		d.DeliveryCount = int(n)
+		d.Attempt = d.DeliveryCount
+		d.IdleMS = idle
+		setCountHeaders(d)
+		out = append(out, d)
+	}
+	s.trackDeliveries(out)
+	return out, nil
+}
+
+// pendingCounts learns the delivery counts of just-claimed entries with one XPENDING over
+// their id range for this consumer. Entries of ours in the same range that are not idle can
+// crowd the reply; then further pages follow (rare: a restarted consumer's old backlog).
+func (s *Source) pendingCounts(ctx context.Context, msgs []redis.XMessage) (map[string]int64, error) {
+	want := make(map[string]bool, len(msgs))
+	for _, m := range msgs {
+		want[m.ID] = true
+	}
+	counts := make(map[string]int64, len(msgs))
+	start, end := msgs[0].ID, msgs[len(msgs)-1].ID
+	pageSize := int64(len(msgs) + s.track.len() + 16)
+	for {
+		pend, err := s.c.XPendingExt(ctx, &redis.XPendingExtArgs{
+			Stream: s.o.Stream, Group: s.o.Group, Start: start, End: end,
+			Count: pageSize, Consumer: s.o.Consumer,
+		}).Result()
+		if err != nil {
+			return nil, fmt.Errorf("redisstream: xpending %s: %w", s.o.Stream, err)
+		}
+		for _, p := range pend {
+			if want[p.ID] {
+				counts[p.ID] = p.RetryCount
+			}
+		}
+		if len(counts) == len(want) || int64(len(pend)) < pageSize {
+			return counts, nil
+		}
+		start = "(" + pend[len(pend)-1].ID
+	}
+}
+
+// deliveries maps entries to deliveries, allocated together.
+func (s *Source) deliveries(msgs []redis.XMessage, now time.Time) []*engine.Delivery {
+	if len(msgs) == 0 {
+		return nil
+	}
+	block := make([]engine.Delivery, len(msgs))
+	ds := make([]*engine.Delivery, len(msgs))
+	for i, m := range msgs {
+		d := &block[i]
+		d.Key, d.ID, d.Token, d.Received = s.o.Stream, m.ID, m.ID, now
+		messageFrom(&d.Message, m.Values)
+		if s.o.Kind == KindStream {
+			d.Attempt = d.RetryCount() + 1 // the engine would do the same (SPEC §5)
+		}
+		ds[i] = d
+	}
+	return ds
+}
+
+func (s *Source) trackDeliveries(ds []*engine.Delivery) {
+	ids := make([]string, len(ds))
+	for i, d := range ds {
+		ids[i] = d.ID
+	}
+	s.track.add(ids)
+}
+
+// setCountHeaders writes x-delivery-count and x-idle-ms (SPEC §6) from the delivery's fields.
+func setCountHeaders(d *engine.Delivery) {
+	d.Headers[engine.HeaderDeliveryCount] = strconv.Itoa(d.DeliveryCount)
+	d.Headers[engine.HeaderIdleMS] = strconv.FormatInt(d.IdleMS, 10)
+}
+
+// ackDeleted acknowledges pending ids whose entry data is gone (deleted or trimmed), so they are
+// never stuck, and logs them.
+func (s *Source) ackDeleted(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if err := s.c.XAck(ctx, s.o.Stream, s.o.Group, ids...).Err(); err != nil {
+		return fmt.Errorf("redisstream: xack deleted entries on %s: %w", s.o.Stream, err)
+	}
+	s.track.remove(ids)
+	shown := ids
+	if len(shown) > 10 {
+		shown = shown[:10]
+	}
+	s.log.Warn().Int("count", len(ids)).Strs("ids", shown).
+		Msg("pending entries whose data was deleted or trimmed; acknowledged")
+	return nil
+}
+
+// moveDue runs the move-back script (SPEC §5) and learns when the next copy is due.
+func (s *Source) moveDue(ctx context.Context) error {
+	res, err := moveDueScript.Run(ctx, s.c, []string{s.o.DelayKey, s.o.Stream},
+		time.Now().UnixMilli(), MoveBatch).Slice()
+	if err != nil {
+		return fmt.Errorf("redisstream: move due copies from %s: %w", s.o.DelayKey, err)
+	}
+	if len(res) != 3 {
+		return fmt.Errorf("redisstream: move due copies from %s: unexpected reply %v", s.o.DelayKey, res)
+	}
+	moved, _ := res[0].(int64)
+	bad, _ := res[1].(int64)
+	if moved > 0 {
+		s.log.Debug().Int64("count", moved).Str("delay_key", s.o.DelayKey).Msg("moved due delayed copies back")
+	}
+	if bad > 0 {
+		s.log.Warn().Int64("count", bad).Str("delay_key", s.o.DelayKey).
+			Msg("delayed copies that did not decode were moved back as bare payloads")
+	}
+	var next int64
+	if sc, _ := res[2].(string); sc != "" {
+		if f, err := strconv.ParseFloat(sc, 64); err == nil {
+			next = int64(f)
+		}
+	}
+	s.nextDue.Store(next)
+	return nil
+}

@@ -1,0 +1,179 @@
+// Package redisstream is the consumer-group transport: the stream, claiming and reclaim sources
+// of SPEC §2, settled with XACK, XADD copies, dead letters and durable delays exactly as §4–§6
+// say. It speaks Redis through a go-redis UniversalClient it is handed and never closes.
+//
+// Connections: reads block on one pool connection (XREADGROUP BLOCK); settlements, keep-alives
+// and delay moves use others from the same pool, so the client's pool needs a few connections
+// per source (redisconn.New configures at least redisconn.MinPoolSize).
+package redisstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/transports/redisconn"
+)
+
+// Source is one stream, claiming or reclaim source. Receive runs in one goroutine and Settle in
+// another; Requeue, Ready and Capabilities may be called from anywhere.
+type Source struct {
+	c       redis.UniversalClient
+	o       Options
+	log     zerolog.Logger
+	secrets []string
+	durable bool // delayed_retry = durable_zset
+
+	track   *tracker
+	dials   *dialCounter // connections the client dialed: a new one means a reconnect
+	ready   atomic.Bool
+	nextDue atomic.Int64 // unix ms of the earliest delayed copy known; 0 when none
+
+	keyTypes sync.Map // copy destination key -> verified Redis type ("stream", "zset")
+
+	kaEvery  time.Duration
+	kaOnce   sync.Once
+	kaCancel context.CancelFunc
+	kaDone   chan struct{}
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+}
+
+var _ engine.Source = (*Source)(nil)
+
+// New returns a source reading opts.Stream. The client is the caller's and is never closed here.
+// In a Redis Cluster a durable_zset source is refused unless stream and delay_key share a slot.
+func New(client redis.UniversalClient, opts Options, log zerolog.Logger) (*Source, error) {
+	if client == nil {
+		return nil, errors.New("redisstream: nil client")
+	}
+	opts.setDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("redisstream: %s source %q: %w", opts.Kind, opts.Stream, err)
+	}
+	s := &Source{
+		c:       client,
+		o:       opts,
+		log:     log.With().Str("key", opts.Stream).Logger(),
+		secrets: redisconn.SecretsOf(client),
+		durable: opts.DelayedRetry == DelayDurableZSet,
+		track:   newTracker(),
+	}
+	if s.durable && !redisconn.SameSlot(client, opts.Stream, opts.DelayKey) {
+		return nil, fmt.Errorf("redisstream: stream %q and delay_key %q hash to different cluster slots; "+
+			"give both the same {hash tag}, e.g. \"{%s}\" and \"{%s}%s\"",
+			opts.Stream, opts.DelayKey, opts.Stream, opts.Stream, DelayKeySuffix)
+	}
+	if opts.Kind == KindStream {
+		s.dials = watchDials(client)
+	} else {
+		// Well inside min_idle, so a late tick still lands before another worker's claim.
+		s.kaEvery = max(opts.MinIdle/3, 5*time.Millisecond)
+	}
+	return s, nil
+}
+
+// Capabilities declares what this source does natively (SPEC §4, §5).
+func (s *Source) Capabilities() engine.Capabilities {
+	if s.o.Kind == KindStream {
+		return engine.Capabilities{Ack: true, DurableDelay: s.durable}
+	}
+	return engine.Capabilities{Ack: true, RetryInPlace: true, MinIdle: s.o.MinIdle, DeliveryCount: true}
+}
+
+// Ready reports whether the last read succeeded (for /readyz). It is false before the first
+// read and while Redis is unreachable.
+func (s *Source) Ready() bool { return s.ready.Load() }
+
+// Options returns the options in effect, defaults applied.
+func (s *Source) Options() Options { return s.o }
+
+// Close stops the keep-alive. Call it after Receive has returned and the last Settle is done.
+// The client stays open. Close is idempotent.
+func (s *Source) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.kaOnce.Do(func() {}) // a keep-alive never started must not start after Close
+		if s.kaCancel != nil {
+			s.kaCancel()
+			<-s.kaDone
+		}
+	})
+	return nil
+}
+
+// startKeepAlive starts the keep-alive goroutine once (claiming and reclaim). It outlives
+// Receive, since handlers still run and settle after reading stops, and ends at Close.
+func (s *Source) startKeepAlive() {
+	if s.o.Kind == KindStream {
+		return
+	}
+	s.kaOnce.Do(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.kaCancel, s.kaDone = cancel, make(chan struct{})
+		go s.keepAlive(ctx)
+	})
+}
+
+// lowerNextDue records a delayed copy due at ms if it is earlier than the one known.
+func (s *Source) lowerNextDue(ms int64) {
+	for {
+		cur := s.nextDue.Load()
+		if cur != 0 && cur <= ms {
+			return
+		}
+		if s.nextDue.CompareAndSwap(cur, ms) {
+			return
+		}
+	}
+}
+
+// dialCounter is a go-redis hook counting new connections. go-redis retries a command whose
+// connection broke, on a new connection, without telling the caller; when that command was a
+// read whose reply was lost, its entries are pending for this consumer yet were never handed
+// out. Seeing a dial, a stream source re-reads its own pending entries (SPEC §10).
+type dialCounter struct{ n atomic.Uint64 }
+
+func watchDials(c redis.UniversalClient) *dialCounter {
+	h := &dialCounter{}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		cc.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
+	} else {
+		c.AddHook(h)
+	}
+	return h
+}
+
+func (h *dialCounter) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if err == nil {
+			h.n.Add(1)
+		}
+		return conn, err
+	}
+}
+
+func (h *dialCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *dialCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func tokenID(d *engine.Delivery) string {
+	if id, ok := d.Token.(string); ok && id != "" {
+		return id
+	}
+	return d.ID
+}
+
+func isNil(err error) bool { return errors.Is(err, redis.Nil) }

@@ -1,0 +1,126 @@
+package redisstream
+
+import (
+	"sync"
+	"time"
+)
+
+// tracker is the set of entry ids this source has read and not yet settled: a stream source's
+// pending re-read skips them, a claiming source does not claim them again, and claiming/reclaim
+// keep them from looking idle. An ActLeave'd id stays until its hold time.
+type tracker struct {
+	mu sync.Mutex
+	m  map[string]tracked
+}
+
+type tracked struct {
+	hold time.Time // zero while a handler may have it; set by ActLeave
+	lost bool      // keep-alive found another consumer owning it (logged once)
+}
+
+func newTracker() *tracker { return &tracker{m: make(map[string]tracked)} }
+
+func (t *tracker) add(ids []string) {
+	t.mu.Lock()
+	for _, id := range ids {
+		t.m[id] = tracked{}
+	}
+	t.mu.Unlock()
+}
+
+func (t *tracker) has(id string) bool {
+	t.mu.Lock()
+	_, ok := t.m[id]
+	t.mu.Unlock()
+	return ok
+}
+
+func (t *tracker) remove(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	t.mu.Lock()
+	for _, id := range ids {
+		delete(t.m, id)
+	}
+	t.mu.Unlock()
+}
+
+// hold keeps id alive until until; a past or zero until releases it at once.
+func (t *tracker) hold(id string, until, now time.Time) {
+	t.mu.Lock()
+	if until.After(now) {
+		t.m[id] = tracked{hold: until}
+	} else {
+		delete(t.m, id)
+	}
+	t.mu.Unlock()
+}
+
+// snapshot copies the tracked ids. A pending re-read filters with the set as it was before its
+// XREADGROUP: an id settled while the read ran is then not mistaken for a stranded one.
+func (t *tracker) snapshot() map[string]struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := make(map[string]struct{}, len(t.m))
+	for id := range t.m {
+		m[id] = struct{}{}
+	}
+	return m
+}
+
+func (t *tracker) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.m)
+}
+
+// alive returns the ids to keep from looking idle, dropping holds that have run out.
+func (t *tracker) alive(now time.Time) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ids := make([]string, 0, len(t.m))
+	for id, e := range t.m {
+		switch {
+		case !e.hold.IsZero() && !e.hold.After(now):
+			delete(t.m, id)
+		case !e.lost:
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// gone handles ids the keep-alive found no longer pending: a held one is released (nothing
+// left to hold); an in-flight one stays until its settlement.
+func (t *tracker) gone(ids []string) {
+	t.mu.Lock()
+	for _, id := range ids {
+		if e, ok := t.m[id]; ok && !e.hold.IsZero() {
+			delete(t.m, id)
+		}
+	}
+	t.mu.Unlock()
+}
+
+// lose marks ids another consumer now owns. A held one is released; an in-flight one stays for
+// its settlement but is no longer kept alive. It returns the in-flight ids newly marked, so
+// each is logged once.
+func (t *tracker) lose(ids []string) []string {
+	var newly []string
+	t.mu.Lock()
+	for _, id := range ids {
+		e, ok := t.m[id]
+		switch {
+		case !ok:
+		case !e.hold.IsZero():
+			delete(t.m, id)
+		case !e.lost:
+			e.lost = true
+			t.m[id] = e
+			newly = append(newly, id)
+		}
+	}
+	t.mu.Unlock()
+	return newly
+}
