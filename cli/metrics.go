@@ -54,25 +54,42 @@ func (m *promMetrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
-func (m *promMetrics) Outcome(pipeline, label string) {
-	m.messages.WithLabelValues(pipeline, label).Inc()
+// Pipeline binds the label values of one pipeline once, so that counting a message is a few
+// atomic adds and never a label hash.
+func (m *promMetrics) Pipeline(name string) engine.PipelineMetrics {
+	b := &boundMetrics{
+		outcomes:    make(map[string]prometheus.Counter, len(engine.OutcomeLabels)),
+		seconds:     m.seconds.WithLabelValues(name),
+		deadLetters: m.deadLetters.WithLabelValues(name),
+		inflight:    m.inflight.WithLabelValues(name),
+		delayed:     m.delayed.WithLabelValues(name),
+		srcErrors:   m.srcErrors.WithLabelValues(name),
+	}
+	for _, l := range engine.OutcomeLabels {
+		b.outcomes[l] = m.messages.WithLabelValues(name, l)
+	}
+	return b
+}
+
+type boundMetrics struct {
+	outcomes    map[string]prometheus.Counter // read-only after Pipeline
+	seconds     prometheus.Observer
+	deadLetters prometheus.Counter
+	inflight    prometheus.Gauge
+	delayed     prometheus.Gauge
+	srcErrors   prometheus.Counter
+}
+
+func (b *boundMetrics) Outcome(label string) {
+	if c, ok := b.outcomes[label]; ok {
+		c.Inc()
+	}
 	if label == engine.LabelDeadLetter {
-		m.deadLetters.WithLabelValues(pipeline).Inc()
+		b.deadLetters.Inc()
 	}
 }
 
-func (m *promMetrics) HandlerDuration(pipeline string, d time.Duration) {
-	m.seconds.WithLabelValues(pipeline).Observe(d.Seconds())
-}
-
-func (m *promMetrics) Inflight(pipeline string, delta int) {
-	m.inflight.WithLabelValues(pipeline).Add(float64(delta))
-}
-
-func (m *promMetrics) DelayedHeld(pipeline string, n int) {
-	m.delayed.WithLabelValues(pipeline).Set(float64(n))
-}
-
-func (m *promMetrics) SourceError(pipeline string) {
-	m.srcErrors.WithLabelValues(pipeline).Inc()
-}
+func (b *boundMetrics) HandlerDuration(d time.Duration) { b.seconds.Observe(d.Seconds()) }
+func (b *boundMetrics) Inflight(delta int)              { b.inflight.Add(float64(delta)) }
+func (b *boundMetrics) DelayedHeld(n int)               { b.delayed.Set(float64(n)) }
+func (b *boundMetrics) SourceError()                    { b.srcErrors.Inc() }

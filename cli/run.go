@@ -16,6 +16,7 @@ import (
 
 	"github.com/flowrun/flowrun/config"
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/transports/redisconn"
 )
 
 type runFlags struct {
@@ -43,6 +44,8 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 		fmt.Fprintf(stdio.Err, "flowrun run: %v\n", err)
 		return ExitConfig
 	}
+
+	redisconn.SetDriverLogger(logger) // go-redis's own notices, at debug, not raw on stderr
 
 	cfg := load(paths, config.Options{Consumer: f.consumer}, stdio)
 	if cfg == nil {

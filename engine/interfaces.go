@@ -113,3 +113,10 @@ type Source interface {
 
 // ErrUnsupported is returned by transports asked for what they cannot do.
 var ErrUnsupported = errors.New("unsupported")
+
+// PartialError is a Settle error after which only some of the batch is left to do: a retry sends
+// just those, so a copy that was written is never written twice.
+type PartialError interface {
+	error
+	FailedIndexes() []int // indexes into the batch given to Settle
+}

@@ -40,7 +40,11 @@ func (m *Message) Clone() *Message {
 
 // RetryCount reads x-retry-count; absent or malformed counts as 0.
 func (m *Message) RetryCount() int {
-	n, err := strconv.Atoi(m.Headers[HeaderRetryCount])
+	v, ok := m.Headers[HeaderRetryCount]
+	if !ok {
+		return 0 // an original: the common case, without Atoi's error allocation
+	}
+	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
 		return 0
 	}

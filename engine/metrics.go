@@ -3,19 +3,29 @@ package engine
 import "time"
 
 // Metrics receives what the runtime counts (SPEC §10). The CLI plugs in Prometheus; tests and
-// embedders may pass nil.
+// embedders may pass nil. Pipeline is called once per pipeline, so an implementation can bind
+// its label values once instead of on every message.
 type Metrics interface {
-	Outcome(pipeline, label string) // label: ack, drop, retry, retry_after, dead_letter, rejected
-	HandlerDuration(pipeline string, d time.Duration)
-	Inflight(pipeline string, delta int)
-	DelayedHeld(pipeline string, n int)
-	SourceError(pipeline string)
+	Pipeline(name string) PipelineMetrics
 }
+
+// PipelineMetrics counts for one pipeline.
+type PipelineMetrics interface {
+	Outcome(label string) // ack, drop, retry, retry_after, dead_letter, rejected
+	HandlerDuration(d time.Duration)
+	Inflight(delta int)
+	DelayedHeld(n int)
+	SourceError()
+}
+
+// OutcomeLabels are every label PipelineMetrics.Outcome is called with.
+var OutcomeLabels = []string{"ack", "drop", "retry", "retry_after", LabelDeadLetter, LabelRejected}
 
 type noMetrics struct{}
 
-func (noMetrics) Outcome(string, string)                {}
-func (noMetrics) HandlerDuration(string, time.Duration) {}
-func (noMetrics) Inflight(string, int)                  {}
-func (noMetrics) DelayedHeld(string, int)               {}
-func (noMetrics) SourceError(string)                    {}
+func (noMetrics) Pipeline(string) PipelineMetrics { return noMetrics{} }
+func (noMetrics) Outcome(string)                  {}
+func (noMetrics) HandlerDuration(time.Duration)   {}
+func (noMetrics) Inflight(int)                    {}
+func (noMetrics) DelayedHeld(int)                 {}
+func (noMetrics) SourceError()                    {}

@@ -118,7 +118,7 @@ type runner struct {
 	p       *Pipeline
 	policy  Policy
 	log     zerolog.Logger
-	metrics Metrics
+	metrics PipelineMetrics
 }
 
 func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
@@ -128,7 +128,7 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 		p:       p,
 		policy:  Policy{MaxAttempts: p.MaxAttempts, DeadLetter: p.DeadLetter, Caps: caps},
 		log:     p.Logger,
-		metrics: e.opts.Metrics,
+		metrics: e.opts.Metrics.Pipeline(p.Name),
 	}
 
 	// grace ends shutdown_timeout after the stop, never before: handlers and settlements use it.
@@ -149,7 +149,9 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 	}()
 
 	deliveries := make(chan *Delivery)
-	decisions := make(chan Decision, p.Concurrency)
+	// Decided deliveries queue for the settler while it is busy with a round trip, so the next
+	// settle takes them all in one batch: one XACK for many ids, not one per message.
+	decisions := make(chan Decision, maxSettleBatch)
 	received := make(chan error, 1)
 	go func() {
 		err := p.Source.Receive(stop, deliveries)
@@ -202,11 +204,11 @@ func (r *runner) handle(ctx context.Context, d *Delivery) Decision {
 		return dec
 	}
 
-	r.metrics.Inflight(r.p.Name, 1)
+	r.metrics.Inflight(1)
 	start := time.Now()
 	res := safeHandle(ctx, r.p.Handler, d)
-	r.metrics.HandlerDuration(r.p.Name, time.Since(start))
-	r.metrics.Inflight(r.p.Name, -1)
+	r.metrics.HandlerDuration(time.Since(start))
+	r.metrics.Inflight(-1)
 
 	if res.Err == nil && len(res.Emits) > 0 {
 		// Emits are written before the delivery is settled: a failure to write them is a retry.
@@ -247,7 +249,7 @@ func (r *runner) emit(ctx context.Context, emits []Emit) error {
 }
 
 func (r *runner) logDecision(d *Delivery, dec Decision, err error) {
-	r.metrics.Outcome(r.p.Name, dec.Label)
+	r.metrics.Outcome(dec.Label)
 	var ev *zerolog.Event
 	switch {
 	case err != nil:

@@ -21,7 +21,8 @@ type fakeSource struct {
 	deliveries []*Delivery
 	infinite   bool // block after the last delivery until ctx ends
 	receiveErr error
-	failSettle int // fail this many Settle calls first
+	failSettle int  // fail this many Settle calls first
+	partial    bool // a failing Settle carries out all but the last settlement
 
 	mu       sync.Mutex
 	events   []string
@@ -53,6 +54,12 @@ func (f *fakeSource) Settle(_ context.Context, batch []Settlement) error {
 	defer f.mu.Unlock()
 	if f.failSettle > 0 {
 		f.failSettle--
+		if f.partial && len(batch) > 1 {
+			for _, s := range batch[:len(batch)-1] {
+				f.settled = append(f.settled, s)
+			}
+			return partialErr{failed: []int{len(batch) - 1}}
+		}
 		return errors.New("connection refused")
 	}
 	for _, s := range batch {
@@ -415,6 +422,41 @@ func (s *syncBuf) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+type partialErr struct{ failed []int }
+
+func (p partialErr) Error() string        { return "partly failed" }
+func (p partialErr) FailedIndexes() []int { return p.failed }
+
+func TestRunResendsOnlyFailedSettlements(t *testing.T) {
+	src := &fakeSource{caps: Capabilities{Ack: true, Finite: true}, deliveries: deliveries(50), failSettle: 1, partial: true}
+	release := make(chan struct{})
+	var n atomic.Int32
+	p := pipeline(src, func(context.Context, *Delivery) Result {
+		if n.Add(1) == 1 {
+			<-release // hold the first back so the rest settle as one batch
+		}
+		return Result{Outcome: Retry()}
+	})
+	p.Concurrency = 2
+	go func() {
+		for n.Load() < 50 {
+			time.Sleep(time.Millisecond)
+		}
+		close(release)
+	}()
+	if err := run(t, context.Background(), Options{}, p); err != nil {
+		t.Fatal(err)
+	}
+	settled, _, _ := src.snapshot()
+	ids := map[string]int{}
+	for _, s := range settled {
+		ids[s.Delivery.ID]++
+	}
+	if len(settled) != 50 || len(ids) != 50 {
+		t.Fatalf("%d settlements for %d deliveries, want each once: %v", len(settled), len(ids), ids)
+	}
 }
 
 func waitFor(t *testing.T, cond func() bool) {

@@ -3,6 +3,7 @@ package engine
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"math/rand/v2"
 	"time"
 )
@@ -76,7 +77,7 @@ more:
 	for _, d := range holds {
 		heap.Push(&s.held, held{msg: d.Hold, due: d.HoldDue})
 	}
-	s.r.metrics.DelayedHeld(s.r.p.Name, len(s.held))
+	s.r.metrics.DelayedHeld(len(s.held))
 }
 
 func (s *settler) drainAfterStop(decisions <-chan Decision) {
@@ -133,19 +134,25 @@ func (s *settler) requeueDue(now time.Time) {
 			s.r.log.Error().Err(err).Str(FieldKey, m.Key).Msg("delayed copy lost: could not be written before shutdown")
 		}
 	}
-	s.r.metrics.DelayedHeld(s.r.p.Name, len(s.held))
+	s.r.metrics.DelayedHeld(len(s.held))
 }
 
 func (s *settler) settle() {
 	if len(s.batch) == 0 {
 		return
 	}
+	todo := s.batch
 	err := s.retry("settle", func(ctx context.Context) error {
-		return s.r.p.Source.Settle(ctx, s.batch)
+		err := s.r.p.Source.Settle(ctx, todo)
+		var pe PartialError
+		if errors.As(err, &pe) {
+			todo = pick(todo, pe.FailedIndexes())
+		}
+		return err
 	})
 	if err != nil {
 		// Not acknowledged: a source with acknowledgement delivers these again.
-		s.r.log.Error().Err(err).Int("deliveries", len(s.batch)).Msg("settlement abandoned at shutdown")
+		s.r.log.Error().Err(err).Int("deliveries", len(todo)).Msg("settlement abandoned at shutdown")
 	}
 	clear(s.batch)
 	s.batch = s.batch[:0]
@@ -168,7 +175,7 @@ func (s *settler) retry(what string, f func(ctx context.Context) error) error {
 			}
 			return nil
 		}
-		s.r.metrics.SourceError(s.r.p.Name)
+		s.r.metrics.SourceError()
 		if !failing {
 			s.r.log.Warn().Err(err).Msg(what + " failed; retrying with backoff")
 			failing = true
@@ -186,6 +193,17 @@ func (s *settler) retry(what string, f func(ctx context.Context) error) error {
 		t.Stop()
 		wait = min(wait*2, ceiling)
 	}
+}
+
+// pick returns the settlements at the given indexes, in a new slice.
+func pick(batch []Settlement, idx []int) []Settlement {
+	out := make([]Settlement, 0, len(idx))
+	for _, i := range idx {
+		if i >= 0 && i < len(batch) {
+			out = append(out, batch[i])
+		}
+	}
+	return out
 }
 
 type held struct {

@@ -34,6 +34,9 @@ type program struct {
 	prog        *vm.Program
 	usesPayload bool // reads payload: decode the JSON before running
 	usesRaw     bool // reads raw: convert the payload to a string before running
+	// konst is the outcome of an expression that is one constant (ack, retry_after('5s')): it
+	// is returned without running the VM or building an environment.
+	konst *engine.Outcome
 }
 
 // Condition is a compiled `when` expression.
@@ -140,7 +143,39 @@ func compile(src string, kind exprKind) (program, error) {
 				fmt.Sprintf("expected an outcome (ack, drop, retry or retry_after(d)), got %s", typeName(bad.Type())))
 		}
 	}
-	return program{src: src, prog: prog, usesPayload: pt.usesPayload, usesRaw: pt.usesRaw}, nil
+	p := program{src: src, prog: prog, usesPayload: pt.usesPayload, usesRaw: pt.usesRaw}
+	if kind == kindOutcome {
+		p.konst = constantOutcome(prog.Node())
+	}
+	return p, nil
+}
+
+// constantOutcome returns the outcome n always evaluates to, or nil when it depends on the
+// delivery.
+func constantOutcome(n ast.Node) *engine.Outcome {
+	var o engine.Outcome
+	switch n := n.(type) {
+	case *ast.ConstantNode:
+		c, ok := n.Value.(engine.Outcome)
+		if !ok {
+			return nil
+		}
+		o = c
+	case *ast.IdentifierNode:
+		switch n.Value {
+		case "ack":
+			o = engine.Ack()
+		case "drop":
+			o = engine.Drop()
+		case "retry":
+			o = engine.Retry()
+		default:
+			return nil
+		}
+	default:
+		return nil
+	}
+	return &o
 }
 
 // offending finds the branch of a conditional that is not an outcome, so the error points there.

@@ -269,6 +269,9 @@ func (c *Condition) eval(s *state) (bool, error) {
 }
 
 func (o *OutcomeExpr) eval(s *state) (engine.Outcome, error) {
+	if o.konst != nil {
+		return *o.konst, nil
+	}
 	v, err := o.run(s)
 	if err != nil {
 		return engine.Outcome{}, err

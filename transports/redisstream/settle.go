@@ -324,3 +324,8 @@ func (s *Source) Requeue(ctx context.Context, msgs []*engine.Message) error {
 	}
 	return fmt.Errorf("redisstream: requeue to %s: %w", s.o.Stream, errors.Join(errs...))
 }
+
+// FailedIndexes implements engine.PartialError.
+func (e *SettleError) FailedIndexes() []int { return e.Failed }
+
+var _ engine.PartialError = (*SettleError)(nil)
