@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,8 +26,18 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 		return errors.New("redisstream: receive on a closed source")
 	}
 	s.startKeepAlive()
-	r := &reader{s: s, out: out}
+	r := &reader{s: s, out: out, feed: make(chan []*engine.Delivery, 4), space: make(chan struct{}, 1)}
 	r.reset()
+	pushed := make(chan struct{})
+	go func() {
+		r.pusher(ctx)
+		close(pushed)
+	}()
+	// The engine closes out once Receive returns: the pusher must be done with it first.
+	defer func() {
+		close(r.feed)
+		<-pushed
+	}()
 	var bo redisconn.Backoff
 	state := redisconn.NewStateLog(s.log, "redis stream read", s.secrets...)
 	everOK := false
@@ -68,6 +79,13 @@ type reader struct {
 	cursor    string // pending re-read: last id seen
 	autoclaim string // reclaim: XAUTOCLAIM cursor
 	dials     uint64 // stream: the dial count when last checked
+
+	// Read entries go to the pusher, which hands them to the engine one by one while the next
+	// read is already on the wire. unpushed counts what was read and not yet handed over; a
+	// read asks for at most batch − unpushed, so memory never holds more than one batch.
+	feed     chan []*engine.Delivery
+	unpushed atomic.Int64
+	space    chan struct{} // a hand-over happened: room may have grown
 }
 
 // reset is the state at start and after any failure: the group may be gone (a restarted Redis
@@ -99,17 +117,19 @@ func (r *reader) step(ctx context.Context) error {
 			return err
 		}
 	}
+	room, err := r.room(ctx)
+	if err != nil {
+		return err
+	}
 	if r.pending {
-		ds, err := r.readPending(ctx)
+		ds, err := r.readPending(ctx, room)
 		if err != nil {
 			return err
 		}
-		return r.push(ctx, ds)
+		r.push(ds)
+		return nil
 	}
-	var (
-		claimed []*engine.Delivery
-		err     error
-	)
+	var claimed []*engine.Delivery
 	switch s.o.Kind {
 	case KindClaiming:
 		claimed, err = s.claimIdle(ctx)
@@ -121,35 +141,73 @@ func (r *reader) step(ctx context.Context) error {
 	}
 	// Never more than one batch ahead of the channel: claimed entries use up the batch.
 	var fresh []*engine.Delivery
-	if room := s.o.Batch - len(claimed); room > 0 {
+	if room -= len(claimed); room > 0 {
 		block := s.blockFor()
 		if len(claimed) > 0 {
 			block = -1 // work in hand: do not wait for more
 		}
 		fresh, err = s.readNew(ctx, room, block)
 	}
-	if perr := r.push(ctx, append(claimed, fresh...)); perr != nil {
-		return perr
-	}
+	r.push(append(claimed, fresh...))
 	return err
 }
 
-// push hands ds to the engine in order. On ctx's end the rest are untracked: they stay pending
-// in Redis for the next start (stream) or for min_idle (claiming, reclaim).
-func (r *reader) push(ctx context.Context, ds []*engine.Delivery) error {
-	for i, d := range ds {
+// room waits until a read may be sent and returns how many entries it may ask for. The stream
+// kind reads ahead once half a batch is handed over; claiming and reclaim wait for the whole
+// batch, since their claim passes take a batch of their own.
+func (r *reader) room(ctx context.Context) (int, error) {
+	batch := int64(r.s.o.Batch)
+	limit := batch / 2
+	if r.s.o.Kind != KindStream {
+		limit = 0
+	}
+	for {
+		n := r.unpushed.Load()
+		if n <= limit {
+			return int(batch - n), nil
+		}
 		select {
-		case r.out <- d:
+		case <-r.space:
 		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// push queues ds for the pusher.
+func (r *reader) push(ds []*engine.Delivery) {
+	if len(ds) == 0 {
+		return
+	}
+	r.unpushed.Add(int64(len(ds)))
+	r.feed <- ds
+}
+
+// pusher hands queued entries to the engine in order until feed is closed. After ctx ends the
+// rest are untracked: they stay pending in Redis for the next start (stream) or for min_idle
+// (claiming, reclaim).
+func (r *reader) pusher(ctx context.Context) {
+	for ds := range r.feed {
+		for i, d := range ds {
+			select {
+			case r.out <- d:
+				r.unpushed.Add(-1)
+				select {
+				case r.space <- struct{}{}:
+				default:
+				}
+				continue
+			case <-ctx.Done():
+			}
 			ids := make([]string, 0, len(ds)-i)
 			for _, d := range ds[i:] {
 				ids = append(ids, d.ID)
 			}
 			r.s.track.remove(ids)
-			return ctx.Err()
+			r.unpushed.Add(-int64(len(ds) - i))
+			break
 		}
 	}
-	return nil
 }
 
 func (s *Source) ensureGroup(ctx context.Context) error {
@@ -195,10 +253,10 @@ func (s *Source) readNew(ctx context.Context, count int, block time.Duration) ([
 
 // readPending reads one page of this consumer's own pending entries (stream kind, SPEC §2):
 // those still in flight here are skipped, those whose data was deleted are acknowledged.
-func (r *reader) readPending(ctx context.Context) ([]*engine.Delivery, error) {
+func (r *reader) readPending(ctx context.Context, count int) ([]*engine.Delivery, error) {
 	s := r.s
 	inFlight := s.track.snapshot()
-	msgs, err := s.xreadgroup(ctx, r.cursor, s.o.Batch, -1)
+	msgs, err := s.xreadgroup(ctx, r.cursor, count, -1)
 	if err != nil {
 		return nil, err
 	}
