@@ -168,6 +168,12 @@ func (s *settler) retry(what string, f func(ctx context.Context) error) error {
 	wait := base
 	failing := false
 	for {
+		if s.grace.Err() != nil {
+			// The grace period is over (or ran out while we waited): one bounded last try.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return f(ctx)
+		}
 		err := f(s.grace)
 		if err == nil {
 			if failing {
@@ -179,11 +185,6 @@ func (s *settler) retry(what string, f func(ctx context.Context) error) error {
 		if !failing {
 			s.r.log.Warn().Err(err).Msg(what + " failed; retrying with backoff")
 			failing = true
-		}
-		if s.grace.Err() != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			return f(ctx)
 		}
 		t := time.NewTimer(rand.N(wait) + wait/2)
 		select {
