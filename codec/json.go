@@ -240,9 +240,27 @@ func hasSpace(v []byte) bool {
 
 const hexDigits = "0123456789abcdef"
 
-// appendQuoted appends s as a JSON string literal. Invalid UTF-8 becomes U+FFFD (a JSON text
+// appendQuoted appends s as a record's JSON string literal (see appendJSONQuoted). Records write
+// \b and \f as \u0008 and \u000c, as they always have: the wire format stays byte for byte.
+func appendQuoted(dst, s []byte) []byte { return appendJSONQuoted(dst, s, false) }
+
+// appendQuotedString is appendQuoted for a string, without copying it.
+func appendQuotedString(dst []byte, s string) []byte {
+	return appendJSONQuoted(dst, unsafe.Slice(unsafe.StringData(s), len(s)), false)
+}
+
+// AppendJSONString appends s as a JSON string literal exactly as encoding/json writes it with
+// HTML escaping off (SetEscapeHTML(false)): '"', '\\' and control characters escaped (\b, \f, \n,
+// \r, \t short, the others as \u00XX), invalid UTF-8 as \ufffd, U+2028 and U+2029 escaped.
+func AppendJSONString(dst []byte, s string) []byte {
+	return appendJSONQuoted(dst, unsafe.Slice(unsafe.StringData(s), len(s)), true)
+}
+
+// appendJSONQuoted appends s as a JSON string literal. Invalid UTF-8 becomes U+FFFD (a JSON text
 // must be UTF-8); U+2028 and U+2029 are escaped so a line stays one line for every reader.
-func appendQuoted(dst, s []byte) []byte {
+// shortBF writes \b and \f as encoding/json does (since Go 1.22) rather than as \u0008 and \u000c:
+// the one difference between records and AppendJSONString.
+func appendJSONQuoted(dst, s []byte, shortBF bool) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
@@ -253,15 +271,19 @@ func appendQuoted(dst, s []byte) []byte {
 				continue
 			}
 			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
+			switch {
+			case c == '"' || c == '\\':
 				dst = append(dst, '\\', c)
-			case '\n':
+			case c == '\n':
 				dst = append(dst, '\\', 'n')
-			case '\r':
+			case c == '\r':
 				dst = append(dst, '\\', 'r')
-			case '\t':
+			case c == '\t':
 				dst = append(dst, '\\', 't')
+			case c == '\b' && shortBF:
+				dst = append(dst, '\\', 'b')
+			case c == '\f' && shortBF:
+				dst = append(dst, '\\', 'f')
 			default:
 				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
 			}
@@ -288,9 +310,4 @@ func appendQuoted(dst, s []byte) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
-}
-
-// appendQuotedString is appendQuoted for a string, without copying it.
-func appendQuotedString(dst []byte, s string) []byte {
-	return appendQuoted(dst, unsafe.Slice(unsafe.StringData(s), len(s)))
 }

@@ -105,6 +105,7 @@ func TestAppendRecord(t *testing.T) {
 		{"json string literal kept as bytes", engine.Message{Key: "k", Payload: []byte(`"hi"`)}, `{"key":"k","payload":"\"hi\""}`},
 		{"invalid json", engine.Message{Key: "k", Payload: []byte(`{"a":`)}, `{"key":"k","payload":"{\"a\":"}`},
 		{"control bytes", engine.Message{Key: "k", Payload: []byte("a\nb\r\t\x00\x1f\"\\")}, `{"key":"k","payload":"a\nb\r\t\u0000\u001f\"\\"}`},
+		{"backspace and form feed long", engine.Message{Key: "k", Payload: []byte("a\b\fb")}, `{"key":"k","payload":"a\u0008\u000cb"}`},
 		{"invalid utf-8", engine.Message{Key: "k", Payload: []byte("a\xffb")}, `{"key":"k","payload":"a\ufffdb"}`},
 		{"line separators", engine.Message{Key: "k", Payload: []byte("a\u2028b\u2029")}, `{"key":"k","payload":"a\u2028b\u2029"}`},
 		{"utf-8", engine.Message{Key: "k", Payload: []byte("é😀")}, `{"key":"k","payload":"é😀"}`},

@@ -7,7 +7,8 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/flowrun/flowrun/codec"
 )
 
 // marshalJSON returns v's JSON text as encoding/json writes it with HTML escaping off (a payload
@@ -36,7 +37,7 @@ func appendJSON(b []byte, v any) ([]byte, bool) {
 	case bool:
 		return strconv.AppendBool(b, v), true
 	case string:
-		return appendJSONString(b, v), true
+		return codec.AppendJSONString(b, v), true
 	case int:
 		return strconv.AppendInt(b, int64(v), 10), true
 	case int64:
@@ -67,7 +68,7 @@ func appendJSON(b []byte, v any) ([]byte, bool) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, k)
+			b = codec.AppendJSONString(b, k)
 			b = append(b, ':')
 			var ok bool
 			if b, ok = appendJSON(b, v[k]); !ok {
@@ -97,58 +98,4 @@ func appendJSONFloat(b []byte, f float64) ([]byte, bool) {
 		}
 	}
 	return b, true
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString quotes s as encoding/json does without HTML escaping: control characters,
-// quote and backslash escaped, invalid UTF-8 as \ufffd, U+2028 and U+2029 escaped.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

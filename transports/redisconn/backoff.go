@@ -1,6 +1,7 @@
 package redisconn
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -44,3 +45,15 @@ func (b *Backoff) Next() time.Duration {
 
 // Reset starts the sequence again after a success.
 func (b *Backoff) Reset() { b.n = 0 }
+
+// Sleep waits d or until ctx ends; it reports whether d passed.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

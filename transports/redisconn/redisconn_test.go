@@ -283,6 +283,31 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
+func TestSleep(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name string
+		ctx  context.Context
+		d    time.Duration
+		want bool
+	}{
+		{"duration passes", context.Background(), time.Millisecond, true},
+		{"context ends first", canceled, time.Hour, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Now()
+			if got := Sleep(tt.ctx, tt.d); got != tt.want {
+				t.Fatalf("Sleep = %v, want %v", got, tt.want)
+			}
+			if el := time.Since(start); tt.want && el < tt.d || !tt.want && el > time.Minute {
+				t.Fatalf("Sleep took %s", el)
+			}
+		})
+	}
+}
+
 func TestStateLog(t *testing.T) {
 	var buf bytes.Buffer
 	s := NewStateLog(zerolog.New(&buf), "read", "pw")

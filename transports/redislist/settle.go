@@ -77,7 +77,7 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	if err := execPipe(ctx, pipe); err != nil {
+	if err := redisconn.ExecPipe(ctx, pipe); err != nil {
 		return redisconn.RedactError(fmt.Errorf("redislist: settle: %w", err), s.secrets...)
 	}
 
@@ -127,18 +127,10 @@ func (s *Source) writeStrayCopies(ctx context.Context, batch []engine.Settlement
 	if pipe == nil {
 		return nil
 	}
-	if err := execPipe(ctx, pipe); err != nil {
+	if err := redisconn.ExecPipe(ctx, pipe); err != nil {
 		return redisconn.RedactError(fmt.Errorf("redislist: write dead letters: %w", err), s.secrets...)
 	}
-	var errs []error
-	for i, c := range cmds {
-		if err := c.Err(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		who[i].copied = true
-	}
-	if len(errs) > 0 {
+	if errs := redisconn.CmdErrors(cmds, func(i int) { who[i].copied = true }); len(errs) > 0 {
 		return redisconn.RedactError(fmt.Errorf("redislist: write dead letters: %w", errors.Join(errs...)), s.secrets...)
 	}
 	return nil
@@ -182,18 +174,10 @@ func (s *Source) settleSimple(ctx context.Context, batch []engine.Settlement, to
 	if pipe == nil {
 		return nil
 	}
-	if err := execPipe(ctx, pipe); err != nil {
+	if err := redisconn.ExecPipe(ctx, pipe); err != nil {
 		return redisconn.RedactError(fmt.Errorf("redislist: settle: %w", err), s.secrets...)
 	}
-	var errs []error
-	for i, c := range cmds {
-		if err := c.Err(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		who[i].done = true
-	}
-	if len(errs) > 0 {
+	if errs := redisconn.CmdErrors(cmds, func(i int) { who[i].done = true }); len(errs) > 0 {
 		return redisconn.RedactError(fmt.Errorf("redislist: settle %d of %d: %w", len(errs), len(cmds), errors.Join(errs...)), s.secrets...)
 	}
 	return nil

@@ -3,7 +3,6 @@ package redislist
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/redis/go-redis/v9"
 
@@ -39,13 +38,5 @@ func (k sink) Publish(ctx context.Context, msgs ...*engine.Message) error {
 		}
 		cmds = append(cmds, pipe.LPush(ctx, key, vals...))
 	}
-	if err := execPipe(ctx, pipe); err != nil {
-		return redisconn.RedactError(fmt.Errorf("redislist: lpush: %w", err), redisconn.SecretsOf(k.client)...)
-	}
-	for _, c := range cmds {
-		if err := c.Err(); err != nil {
-			return redisconn.RedactError(fmt.Errorf("redislist: lpush %s: %w", c.Args()[1], err), redisconn.SecretsOf(k.client)...)
-		}
-	}
-	return nil
+	return redisconn.ExecWrites(ctx, k.client, pipe, cmds, "redislist: lpush")
 }

@@ -178,7 +178,7 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 				recovered, lastSweep = true, time.Now()
 			}
 		case sweep:
-			if err = s.sweep(ctx); err == nil {
+			if err = s.sweep(ctx, false); err == nil {
 				sweep, lastSweep = false, time.Now()
 			}
 		default:
@@ -209,7 +209,7 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 		s.state.Fail(err)
 		// A BLMOVE whose reply was lost left an element in the processing list.
 		sweep = sweep || (s.opts.Reliable && recovered)
-		if !sleep(ctx, bo.Next()) {
+		if !redisconn.Sleep(ctx, bo.Next()) {
 			break
 		}
 	}
@@ -247,7 +247,7 @@ func (s *Source) read(ctx context.Context) ([]string, error) {
 	for i := range cmds {
 		cmds[i] = pipe.LMove(ctx, s.opts.Key, s.opts.Processing, "RIGHT", "LEFT")
 	}
-	if err := execPipe(ctx, pipe); err != nil {
+	if err := redisconn.ExecPipe(ctx, pipe); err != nil {
 		s.more = 1
 		return elems, fmt.Errorf("redislist: lmove %s: %w", s.opts.Key, err)
 	}
@@ -354,7 +354,7 @@ func (s *Source) pushBack(ctx context.Context, elems []string) {
 func (s *Source) returnUnhanded(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 	defer cancel()
-	if err := s.sweep(ctx); err != nil {
+	if err := s.sweep(ctx, true); err != nil {
 		s.log.Warn().Str("error", redisconn.Redact(err.Error(), s.secrets...)).
 			Msg("could not return unhandled elements at stop; the next start with this consumer name returns them")
 	}
@@ -376,7 +376,7 @@ func (s *Source) recoverAll(ctx context.Context) error {
 			// LEFT (newest) first onto the RIGHT end: the oldest ends up rightmost, read first.
 			cmds[i] = pipe.LMove(ctx, s.opts.Processing, s.opts.Key, "LEFT", "RIGHT")
 		}
-		if err := execPipe(ctx, pipe); err != nil {
+		if err := redisconn.ExecPipe(ctx, pipe); err != nil {
 			return fmt.Errorf("redislist: return %s to %s: %w", s.opts.Processing, s.opts.Key, err)
 		}
 		for _, c := range cmds {
@@ -393,7 +393,9 @@ func (s *Source) recoverAll(ctx context.Context) error {
 }
 
 // sweep returns to the list every element of the processing list that the engine does not hold.
-func (s *Source) sweep(ctx context.Context) error {
+// At a stop that is the ordinary return of what was read but never handed over; otherwise it
+// means a reply was lost, worth a warning.
+func (s *Source) sweep(ctx context.Context, stopping bool) error {
 	elems, err := s.client.LRange(ctx, s.opts.Processing, 0, -1).Result()
 	if err != nil {
 		return fmt.Errorf("redislist: lrange %s: %w", s.opts.Processing, err)
@@ -422,7 +424,7 @@ func (s *Source) sweep(ctx context.Context) error {
 		// EVAL, not EVALSHA: a pipeline cannot fall back on NOSCRIPT, and this is rare.
 		cmds[i] = returnScript.Eval(ctx, pipe, keys, e)
 	}
-	if err := execPipe(ctx, pipe); err != nil {
+	if err := redisconn.ExecPipe(ctx, pipe); err != nil {
 		return fmt.Errorf("redislist: return %s to %s: %w", s.opts.Processing, s.opts.Key, err)
 	}
 	n := 0
@@ -435,7 +437,11 @@ func (s *Source) sweep(ctx context.Context) error {
 			n++
 		}
 	}
-	if n > 0 {
+	switch {
+	case n > 0 && stopping:
+		s.log.Info().Int("elements", n).Str("processing", s.opts.Processing).
+			Msg("returned unhandled elements to the list at stop")
+	case n > 0:
 		s.log.Warn().Int("elements", n).Str("processing", s.opts.Processing).
 			Msg("returned elements stranded in the processing list")
 	}
@@ -467,16 +473,4 @@ func (s *Source) uncount(t *token) {
 // longer); longer blocks use the typed commands, which count whole seconds.
 func blockSeconds(d time.Duration) string {
 	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
-}
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

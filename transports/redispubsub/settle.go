@@ -86,18 +86,10 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 	if pipe == nil {
 		return nil
 	}
-	if err := execPipe(ctx, pipe); err != nil {
+	if err := redisconn.ExecPipe(ctx, pipe); err != nil {
 		return redisconn.RedactError(fmt.Errorf("redispubsub: settle: %w", err), s.secrets...)
 	}
-	var errs []error
-	for i, c := range cmds {
-		if err := c.Err(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		who[i].done = true
-	}
-	if len(errs) > 0 {
+	if errs := redisconn.CmdErrors(cmds, func(i int) { who[i].done = true }); len(errs) > 0 {
 		return redisconn.RedactError(fmt.Errorf("redispubsub: settle %d of %d: %w", len(errs), len(cmds), errors.Join(errs...)), s.secrets...)
 	}
 	return nil
@@ -121,7 +113,7 @@ func (s *Source) Requeue(ctx context.Context, msgs []*engine.Message) error {
 	if len(cmds) == 0 {
 		return nil
 	}
-	if err := execPipe(ctx, pipe); err != nil {
+	if err := redisconn.ExecPipe(ctx, pipe); err != nil {
 		return redisconn.RedactError(fmt.Errorf("redispubsub: publish: %w", err), s.secrets...)
 	}
 	for _, c := range cmds {

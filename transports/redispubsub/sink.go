@@ -3,7 +3,6 @@ package redispubsub
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/redis/go-redis/v9"
 
@@ -35,13 +34,5 @@ func (k sink) Publish(ctx context.Context, msgs ...*engine.Message) error {
 		}
 		cmds[i] = pipe.Publish(ctx, m.Key, codec.EncodeEnvelope(m))
 	}
-	if err := execPipe(ctx, pipe); err != nil {
-		return redisconn.RedactError(fmt.Errorf("redispubsub: publish: %w", err), redisconn.SecretsOf(k.client)...)
-	}
-	for i, c := range cmds {
-		if err := c.Err(); err != nil {
-			return redisconn.RedactError(fmt.Errorf("redispubsub: publish %s: %w", msgs[i].Key, err), redisconn.SecretsOf(k.client)...)
-		}
-	}
-	return nil
+	return redisconn.ExecWrites(ctx, k.client, pipe, cmds, "redispubsub: publish")
 }

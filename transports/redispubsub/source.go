@@ -165,7 +165,7 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 			}
 			s.ready.Store(false)
 			s.state.Fail(err)
-			if !sleep(ctx, bo.Next()) {
+			if !redisconn.Sleep(ctx, bo.Next()) {
 				break
 			}
 			continue
@@ -214,16 +214,4 @@ func (s *Source) handOver(ctx context.Context, out chan<- *engine.Delivery, m *r
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -75,21 +75,23 @@ func encodeDelayed(key, origID string, m *engine.Message) string {
 	f := Fields(m)
 	b := make([]byte, 0, 64+len(key)+len(origID)+len(m.Payload)+16*len(f))
 	b = append(b, `{"v":1,"key":`...)
-	b = appendJSONString(b, key)
+	b = appendRawJSONString(b, key)
 	b = append(b, `,"id":`...)
-	b = appendJSONString(b, origID)
+	b = appendRawJSONString(b, origID)
 	b = append(b, `,"f":[`...)
 	for i, s := range f {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, s)
+		b = appendRawJSONString(b, s)
 	}
 	b = append(b, "]}"...)
 	return string(b)
 }
 
-func appendJSONString(b []byte, s string) []byte {
+// appendRawJSONString is deliberately not codec.AppendJSONString: that one writes invalid UTF-8 as
+// \ufffd, and a member must keep every byte (see above).
+func appendRawJSONString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
@@ -155,7 +157,8 @@ func DecodeDelayed(member string) (Delayed, error) {
 }
 
 // parser is a minimal JSON reader for the member format. encoding/json cannot be used: it
-// replaces invalid UTF-8 in strings, and payloads are bytes.
+// replaces invalid UTF-8 in strings, and payloads are bytes. Nor can codec's JSON walkers: they
+// read only what json.Valid accepted (which rejects such bytes) and do not report errors.
 type parser struct {
 	s string
 	i int

@@ -60,12 +60,7 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 		}
 		state.Fail(err)
 		r.reset()
-		t := time.NewTimer(bo.Next())
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
+		redisconn.Sleep(ctx, bo.Next()) // the loop checks ctx
 	}
 	return nil
 }
