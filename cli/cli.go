@@ -68,6 +68,9 @@ Usage:
   flowrun validate [PATH...]           check configuration without connecting anywhere
   flowrun fmt [-check] [PATH...]       rewrite files in canonical HCL layout
   flowrun test [PATH...]               run the test blocks of the files
+  flowrun inspect [PATH...]            per pipeline: backlog, lag, pending, delayed, dead letters
+  flowrun dlq list|redrive PIPELINE [--limit N] [PATH...]
+                                       show dead letters, or move them back to the source
   flowrun plugins                      list the compiled-in Go handlers
   flowrun version                      print version information
 
@@ -91,6 +94,10 @@ func Run(ctx context.Context, args []string, stdio Stdio) int {
 		return cmdFmt(rest, stdio)
 	case "test":
 		return cmdTest(rest, stdio)
+	case "inspect":
+		return cmdInspect(ctx, rest, stdio)
+	case "dlq":
+		return cmdDLQ(ctx, rest, stdio)
 	case "plugins":
 		return cmdPlugins(stdio)
 	case "version":

@@ -1,0 +1,287 @@
+package redisstream
+
+// Operator tools over a stream source's keys, for flowrun inspect and flowrun dlq: what a backlog
+// looks like, and moving dead letters back. They speak the same wire format as the source
+// (Fields, messageFrom) and never touch a running worker's state beyond what SPEC §1 promises.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/transports/redisconn"
+)
+
+// Stats is a stream source's backlog as flowrun inspect shows it.
+type Stats struct {
+	Length      int64 // XLEN; 0 for a missing stream
+	GroupExists bool  // the consumer group exists; Lag, Pending and OldestIdle are zero otherwise
+	// Lag is XINFO GROUPS' lag: entries not yet delivered to the group. -1 when Redis cannot
+	// tell (entries were deleted or trimmed past the group's position).
+	Lag        int64
+	Pending    int64         // XPENDING's count: delivered, not yet acknowledged
+	OldestIdle time.Duration // idle time of the lowest pending id; 0 when nothing is pending
+}
+
+// ReadStats reads a stream's length and its group's lag and pending summary. A missing stream or
+// group is not an error: it reads as empty.
+func ReadStats(ctx context.Context, c redis.UniversalClient, stream, group string) (Stats, error) {
+	var s Stats
+	n, err := c.XLen(ctx, stream).Result()
+	if err != nil {
+		return s, fmt.Errorf("redisstream: xlen %s: %w", stream, err)
+	}
+	s.Length = n
+	groups, err := c.XInfoGroups(ctx, stream).Result()
+	if err != nil {
+		if isNoSuchKey(err) { // a missing stream has no groups
+			return s, nil
+		}
+		return s, fmt.Errorf("redisstream: xinfo groups %s: %w", stream, err)
+	}
+	for _, g := range groups {
+		if g.Name == group {
+			// XINFO GROUPS' pending is the pending entries list's length, XPENDING's count.
+			s.GroupExists, s.Lag, s.Pending = true, g.Lag, g.Pending
+		}
+	}
+	if s.Pending == 0 {
+		return s, nil
+	}
+	ext, err := c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: group, Start: "-", End: "+", Count: 1}).Result()
+	if err != nil && !isNoGroup(err) { // a group deleted meanwhile reads as nothing pending
+		return s, fmt.Errorf("redisstream: xpending %s %s - + 1: %w", stream, group, err)
+	}
+	if len(ext) > 0 {
+		s.OldestIdle = ext[0].Idle
+	}
+	return s, nil
+}
+
+// DelayStats is a durable_zset delay queue as flowrun inspect shows it.
+type DelayStats struct {
+	Size    int64     // ZCARD
+	NextDue time.Time // the lowest score (wall-clock ms); zero when the queue is empty
+}
+
+// ReadDelayStats reads a durable_zset delay queue's size and next due time.
+func ReadDelayStats(ctx context.Context, c redis.UniversalClient, key string) (DelayStats, error) {
+	var d DelayStats
+	n, err := c.ZCard(ctx, key).Result()
+	if err != nil {
+		return d, fmt.Errorf("redisstream: zcard %s: %w", key, err)
+	}
+	d.Size = n
+	if n == 0 {
+		return d, nil
+	}
+	first, err := c.ZRangeWithScores(ctx, key, 0, 0).Result()
+	if err != nil {
+		return d, fmt.Errorf("redisstream: zrange %s 0 0: %w", key, err)
+	}
+	if len(first) > 0 {
+		d.NextDue = time.UnixMilli(int64(first[0].Score))
+	}
+	return d, nil
+}
+
+// DeadLetter is one entry of a dead-letter stream. Message.Key is the dead-letter stream and
+// Message.ID the entry's id; its headers carry x-dead-letter-reason and the rest (SPEC §5).
+type DeadLetter struct {
+	Message *engine.Message
+}
+
+// ReadDeadLetters returns up to count entries of the dead-letter stream key, oldest first
+// (count <= 0: all of them). A missing key has none.
+func ReadDeadLetters(ctx context.Context, c redis.UniversalClient, key string, count int) ([]DeadLetter, error) {
+	var (
+		xs  []redis.XMessage
+		err error
+	)
+	if count > 0 {
+		xs, err = c.XRangeN(ctx, key, "-", "+", int64(count)).Result()
+	} else {
+		xs, err = c.XRange(ctx, key, "-", "+").Result()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redisstream: xrange %s: %w", key, err)
+	}
+	return deadLetters(key, xs), nil
+}
+
+func deadLetters(key string, xs []redis.XMessage) []DeadLetter {
+	out := make([]DeadLetter, len(xs))
+	for i, x := range xs {
+		m := &engine.Message{Key: key, ID: x.ID}
+		messageFrom(m, x.Values)
+		out[i] = DeadLetter{Message: m}
+	}
+	return out
+}
+
+// redriveHeaders are the headers a redrive removes: the dead letter's own, and the retry and
+// delivery counts, so the message starts over as attempt 1 (SPEC §1 "retry count reset").
+var redriveHeaders = []string{
+	engine.HeaderDeadLetterReason, engine.HeaderOriginalKey, engine.HeaderOriginalID,
+	engine.HeaderAttempts, engine.HeaderFailedAt,
+	engine.HeaderRetryCount, engine.HeaderDeliveryCount, engine.HeaderIdleMS,
+}
+
+// RedriveCopy returns what a redrive writes back for the dead letter m: its key, headers and
+// payload, without the dead-letter, retry-count and delivery headers, and without an id.
+func RedriveCopy(m *engine.Message) *engine.Message {
+	c := m.Clone()
+	c.ID = ""
+	for _, h := range redriveHeaders {
+		delete(c.Headers, h)
+	}
+	return c
+}
+
+// redrivePage is how many dead letters one round trip moves.
+const redrivePage = 100
+
+// redriveScript moves one dead letter KEYS[1]/ARGV[1] onto the stream KEYS[2] as a new entry with
+// the fields ARGV[2..]. A script rather than MULTI/EXEC: a command that fails inside MULTI
+// (WRONGTYPE) does not stop the ones after it, and the XDEL would delete a letter whose copy was
+// never written; here a failing XADD raises and nothing after it runs. An entry already gone (a
+// concurrent redrive) is skipped, so it is not copied twice. Returns 1 moved, 0 gone.
+var redriveScript = redis.NewScript(`
+if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return 0 end
+redis.call('XADD', KEYS[2], '*', unpack(ARGV, 2))
+redis.call('XDEL', KEYS[1], ARGV[1])
+return 1
+`)
+
+// Redrive moves up to limit dead letters (limit <= 0: every one there when it starts; letters
+// dead-lettered meanwhile wait for the next redrive), oldest first, from the dead-letter stream
+// dlq to the stream target as new entries, with RedriveCopy's headers. Each copy is written
+// before its letter is deleted: atomically (one script per letter, pipelined) when both keys
+// hash to one slot, else in that order, so a crash leaves a duplicate, never a loss. It returns
+// how many it moved, also on error.
+func Redrive(ctx context.Context, c redis.UniversalClient, dlq, target string, limit int) (int, error) {
+	if dlq == target {
+		return 0, fmt.Errorf("redisstream: redrive: dead-letter stream and target are both %q", dlq)
+	}
+	if !redisconn.SameSlot(c, dlq, target) {
+		return RedriveWith(ctx, c, dlq, limit, func(ctx context.Context, batch []DeadLetter) (int, error) {
+			return writeCopies(ctx, c, target, batch)
+		})
+	}
+	if err := redriveScript.Load(ctx, c).Err(); err != nil {
+		return 0, fmt.Errorf("redisstream: redrive: load script: %w", err)
+	}
+	return redriveLoop(ctx, c, dlq, limit, func(ctx context.Context, batch []DeadLetter) (int, error) {
+		pipe := c.Pipeline()
+		cmds := make([]*redis.Cmd, len(batch))
+		for i, dl := range batch {
+			f := Fields(RedriveCopy(dl.Message))
+			args := make([]any, 0, 1+len(f))
+			args = append(args, dl.Message.ID)
+			for _, s := range f {
+				args = append(args, s)
+			}
+			cmds[i] = redriveScript.EvalSha(ctx, pipe, []string{dlq, target}, args...)
+		}
+		_, _ = pipe.Exec(ctx) // each command's own error is read below
+		moved := 0
+		for _, cmd := range cmds {
+			n, err := cmd.Int()
+			if err != nil {
+				return moved, fmt.Errorf("redisstream: redrive to %s: %w", target, err)
+			}
+			moved += n
+		}
+		return moved, nil
+	})
+}
+
+// writeCopies XADDs the copies of batch to target, pipelined, and returns how many of the
+// leading ones were written.
+func writeCopies(ctx context.Context, c redis.UniversalClient, target string, batch []DeadLetter) (int, error) {
+	pipe := c.Pipeline()
+	cmds := make([]*redis.StringCmd, len(batch))
+	for i, dl := range batch {
+		cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: target, Values: Fields(RedriveCopy(dl.Message))})
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			return i, fmt.Errorf("redisstream: redrive: xadd %s: %w", target, err)
+		}
+	}
+	return len(batch), nil
+}
+
+// RedriveWith moves dead letters out of the stream dlq with a caller's write step: write gets
+// the next batch, oldest first, writes copies wherever they belong (RedriveCopy gives their
+// content) and returns how many of the leading letters it wrote; those are then deleted with
+// XDEL. It stops at the first error, or when write wrote fewer than it was given. limit is as
+// for Redrive. It returns how many letters it moved, also on error.
+func RedriveWith(ctx context.Context, c redis.UniversalClient, dlq string, limit int, write func(ctx context.Context, batch []DeadLetter) (int, error)) (int, error) {
+	return redriveLoop(ctx, c, dlq, limit, func(ctx context.Context, batch []DeadLetter) (int, error) {
+		wrote, werr := write(ctx, batch)
+		wrote = min(max(wrote, 0), len(batch))
+		if wrote > 0 {
+			ids := make([]string, wrote)
+			for i := range wrote {
+				ids[i] = batch[i].Message.ID
+			}
+			if err := c.XDel(ctx, dlq, ids...).Err(); err != nil {
+				return 0, fmt.Errorf("redisstream: redrive: xdel %s (%d copies already written): %w", dlq, wrote, err)
+			}
+		}
+		if werr == nil && wrote < len(batch) {
+			werr = fmt.Errorf("redisstream: redrive: %d of %d dead letters written", wrote, len(batch))
+		}
+		return wrote, werr
+	})
+}
+
+// redriveLoop reads dlq page by page, oldest first, and hands each page to step, which moves
+// (copies and deletes) the letters and returns how many it moved.
+func redriveLoop(ctx context.Context, c redis.UniversalClient, dlq string, limit int, step func(ctx context.Context, batch []DeadLetter) (int, error)) (int, error) {
+	// The newest id at the start bounds the run: a letter that fails again at once comes back
+	// with a new id, and must not be moved round in a loop.
+	last, err := c.XRevRangeN(ctx, dlq, "+", "-", 1).Result()
+	if err != nil {
+		return 0, fmt.Errorf("redisstream: redrive: xrevrange %s: %w", dlq, err)
+	}
+	if len(last) == 0 {
+		return 0, nil
+	}
+	end := last[0].ID
+	start := "-"
+	moved := 0
+	for limit <= 0 || moved < limit {
+		n := redrivePage
+		if limit > 0 {
+			n = min(n, limit-moved)
+		}
+		xs, err := c.XRangeN(ctx, dlq, start, end, int64(n)).Result()
+		if err != nil {
+			return moved, fmt.Errorf("redisstream: redrive: xrange %s: %w", dlq, err)
+		}
+		if len(xs) == 0 {
+			break
+		}
+		k, err := step(ctx, deadLetters(dlq, xs))
+		moved += k
+		if err != nil {
+			return moved, err
+		}
+		if xs[len(xs)-1].ID == end {
+			break
+		}
+		start = "(" + xs[len(xs)-1].ID
+	}
+	return moved, nil
+}
+
+func isNoGroup(err error) bool { return strings.HasPrefix(err.Error(), "NOGROUP") }
+
+func isNoSuchKey(err error) bool { return strings.Contains(err.Error(), "no such key") }
