@@ -43,7 +43,7 @@ func newMetrics() *promMetrics {
 			Name: "flowrun_delayed_held", Help: "Runtime delayed copies held in the process.",
 		}, []string{"pipeline"}),
 		srcErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flowrun_source_errors_total", Help: "Failed settlement round trips (retried with backoff).",
+			Name: "flowrun_source_errors_total", Help: "Failed reads, malformed records and failed settlement round trips.",
 		}, []string{"pipeline"}),
 	}
 	m.reg.MustRegister(m.messages, m.seconds, m.deadLetters, m.inflight, m.delayed, m.srcErrors)

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -119,4 +120,18 @@ var ErrUnsupported = errors.New("unsupported")
 type PartialError interface {
 	error
 	FailedIndexes() []int // indexes into the batch given to Settle
+}
+
+// ErrorHook is embedded by a source that counts its own failures (a malformed record, a failed
+// read) into flowrun_source_errors_total; the engine sets the hook before Receive.
+type ErrorHook struct{ f atomic.Pointer[func()] }
+
+// SetErrorHook is called by the engine once, before Receive.
+func (h *ErrorHook) SetErrorHook(f func()) { h.f.Store(&f) }
+
+// ReportError counts one failure; without a hook it does nothing.
+func (h *ErrorHook) ReportError() {
+	if f := h.f.Load(); f != nil {
+		(*f)()
+	}
 }

@@ -131,6 +131,10 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 		metrics: e.opts.Metrics.Pipeline(p.Name),
 	}
 
+	if h, ok := p.Source.(interface{ SetErrorHook(func()) }); ok {
+		h.SetErrorHook(r.metrics.SourceError)
+	}
+
 	// grace ends shutdown_timeout after the stop, never before: handlers and settlements use it.
 	grace, endGrace := context.WithCancel(context.WithoutCancel(stop))
 	defer endGrace()

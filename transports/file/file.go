@@ -58,6 +58,8 @@ type Options struct {
 
 // Source is the file source. Receive, Settle and Requeue may run concurrently; Close comes last.
 type Source struct {
+	engine.ErrorHook // malformed records and failed reads count as source errors
+
 	opts Options
 	log  zerolog.Logger
 	f    *os.File
@@ -286,6 +288,7 @@ func (s *Source) handle(ctx context.Context, out chan<- *engine.Delivery, line [
 
 func (s *Source) skipMalformed(n int64, err error) {
 	s.malformed.Add(1)
+	s.ReportError()
 	s.log.Warn().Int64("line", n).Err(err).Msg("malformed record skipped")
 }
 

@@ -31,6 +31,8 @@ type Options struct {
 
 // Source is the pipe source. Receive is called once: the input is consumed.
 type Source struct {
+	engine.ErrorHook // malformed records and failed reads count as source errors
+
 	opts      Options
 	in        io.Reader
 	out       *codec.LineWriter
@@ -130,6 +132,7 @@ func (s *Source) decode(n int64, line []byte, lineErr error) *engine.Delivery {
 	}
 	if lineErr != nil {
 		s.malformed.Add(1)
+		s.ReportError()
 		s.log.Warn().Int64("line", n).Err(lineErr).Msg("malformed record skipped")
 		return nil
 	}

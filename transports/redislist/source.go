@@ -72,6 +72,8 @@ return 0`)
 
 // Source is a list source. Receive runs in one goroutine; Settle and Requeue may run alongside.
 type Source struct {
+	engine.ErrorHook // malformed records and failed reads count as source errors
+
 	client  redis.UniversalClient
 	opts    Options
 	log     zerolog.Logger
@@ -207,6 +209,7 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 		}
 		s.ready.Store(false)
 		s.state.Fail(err)
+		s.ReportError()
 		// A BLMOVE whose reply was lost left an element in the processing list.
 		sweep = sweep || (s.opts.Reliable && recovered)
 		if !redisconn.Sleep(ctx, bo.Next()) {

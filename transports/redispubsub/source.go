@@ -73,6 +73,8 @@ func (o *Options) Validate() error {
 // Source is a Pub/Sub source. Receive runs in one goroutine; Settle and Requeue may run
 // alongside it, on the client's pool (never on the subscribed connection).
 type Source struct {
+	engine.ErrorHook // malformed records and failed reads count as source errors
+
 	client  redis.UniversalClient
 	opts    Options
 	log     zerolog.Logger
@@ -165,6 +167,7 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 			}
 			s.ready.Store(false)
 			s.state.Fail(err)
+			s.ReportError()
 			if !redisconn.Sleep(ctx, bo.Next()) {
 				break
 			}

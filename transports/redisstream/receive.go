@@ -59,6 +59,7 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 			return fmt.Errorf("redisstream: %s: %w", s.o.Stream, err)
 		}
 		state.Fail(err)
+		s.ReportError()
 		r.reset()
 		redisconn.Sleep(ctx, bo.Next()) // the loop checks ctx
 	}

@@ -26,6 +26,8 @@ import (
 // Source is one stream, claiming or reclaim source. Receive runs in one goroutine and Settle in
 // another; Requeue, Ready and Capabilities may be called from anywhere.
 type Source struct {
+	engine.ErrorHook // malformed records and failed reads count as source errors
+
 	c       redis.UniversalClient
 	o       Options
 	log     zerolog.Logger
