@@ -44,6 +44,7 @@ func (f *fakeSource) Receive(ctx context.Context, out chan<- *Delivery) error {
 	}
 	if f.infinite {
 		<-ctx.Done()
+		f.log("receive returned")
 		return ctx.Err()
 	}
 	return nil
@@ -281,9 +282,14 @@ func TestRunStopPublishesHeldCopiesAtOnce(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	settled, requeued, _ := src.snapshot()
+	settled, requeued, events := src.snapshot()
 	if len(settled) != 3 || len(requeued) != 3 {
 		t.Fatalf("settled %d requeued %d, want 3 and 3", len(settled), len(requeued))
+	}
+	// Copies go out only once reading has stopped, so a read still blocked at the stop cannot
+	// take one back in.
+	if want := "receive returned"; events[3] != want {
+		t.Errorf("events %v: want %q before the copies", events, want)
 	}
 }
 

@@ -42,9 +42,11 @@ func (s *settler) run(decisions <-chan Decision) {
 		case <-timer.C:
 			s.requeueDue(time.Now())
 		case <-s.stop.Done():
-			s.requeueDue(time.Time{}) // a stop publishes every held copy at once
-			// After the stop, decisions keep arriving from finishing handlers.
+			// After the stop, decisions keep arriving from finishing handlers. Held copies go
+			// out once decisions closes: reading has stopped then, so a read still blocked at
+			// the stop cannot take a copy back in.
 			s.drainAfterStop(decisions)
+			s.requeueDue(time.Time{}) // a stop publishes every held copy at once
 			return
 		}
 	}
@@ -83,7 +85,6 @@ more:
 func (s *settler) drainAfterStop(decisions <-chan Decision) {
 	for dec := range decisions {
 		s.collect(dec, decisions)
-		s.requeueDue(time.Time{})
 	}
 }
 

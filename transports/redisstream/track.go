@@ -83,7 +83,12 @@ func (t *tracker) alive(now time.Time) []string {
 	for id, e := range t.m {
 		switch {
 		case !e.hold.IsZero() && !e.hold.After(now):
+			// One last refresh at or after the hold's end: idle then counts from there, so the
+			// entry never comes back before its delay (SPEC §4).
 			delete(t.m, id)
+			if !e.lost {
+				ids = append(ids, id)
+			}
 		case !e.lost:
 			ids = append(ids, id)
 		}
