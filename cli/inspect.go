@@ -290,26 +290,16 @@ func (a *adminConns) get(ctx context.Context, name string) (redis.UniversalClien
 	if c, ok := a.clients[name]; ok {
 		return c, nil
 	}
-	b := a.cfg.RedisBlock(name)
-	if b == nil {
-		return nil, fmt.Errorf("no redis block %q", name)
-	}
-	opts := redisOptions(b)
-	c, err := redisconn.New(opts)
+	c, pingErr, err := openRedis(ctx, a.cfg, name, adminPingTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("redis %q: %w", name, err)
+		return nil, err
 	}
-	pctx, cancel := context.WithTimeout(ctx, adminPingTimeout)
-	defer cancel()
-	if err := redisconn.Ping(pctx, c); err != nil {
+	if pingErr != nil {
 		c.Close()
-		if redisconn.IsAuthError(err) {
-			return nil, fmt.Errorf("redis %q: authentication failed: %w", name, err)
-		}
-		return nil, fmt.Errorf("redis %q: cannot reach the server: %w", name, err)
+		return nil, pingErr
 	}
 	a.clients[name] = c
-	a.secrets[name] = opts.Secrets()
+	a.secrets[name] = redisOptions(a.cfg.RedisBlock(name)).Secrets()
 	return c, nil
 }
 

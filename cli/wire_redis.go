@@ -25,27 +25,45 @@ func (w *wiring) client(name string) (redis.UniversalClient, error) {
 	if c, ok := w.clients[name]; ok {
 		return c, nil
 	}
-	b := w.cfg.RedisBlock(name)
-	if b == nil {
-		return nil, fmt.Errorf("no redis block %q", name)
-	}
-	opts := redisOptions(b)
-	c, err := redisconn.New(opts)
+	c, pingErr, err := openRedis(context.Background(), w.cfg, name, 3*time.Second)
 	if err != nil {
-		return nil, fmt.Errorf("redis %q: %w", name, err)
+		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := redisconn.Ping(ctx, c); err != nil {
-		if redisconn.IsAuthError(err) {
+	if pingErr != nil {
+		if redisconn.IsAuthError(pingErr) {
 			c.Close()
-			return nil, fmt.Errorf("redis %q: authentication failed: %w", name, redisconn.RedactError(err, opts.Secrets()...))
+			return nil, pingErr
 		}
-		w.log.Warn().Str("redis", name).Err(redisconn.RedactError(err, opts.Secrets()...)).Msg("redis not reachable yet; waiting for it")
+		w.log.Warn().Str("redis", name).Err(pingErr).Msg("redis not reachable yet; waiting for it")
 	}
 	w.clients[name] = c
 	w.closers = append(w.closers, c.Close) // closed last: created before the sources that use it
 	return c, nil
+}
+
+// openRedis builds the client of a redis block and pings it within timeout. The client comes
+// back even when the ping fails, with pingErr saying why (authentication failed, or the server
+// cannot be reached): run waits for an unreachable server, inspect and dlq give up. Errors name
+// the block and never contain its passwords.
+func openRedis(ctx context.Context, cfg *config.Config, name string, timeout time.Duration) (c redis.UniversalClient, pingErr, err error) {
+	b := cfg.RedisBlock(name)
+	if b == nil {
+		return nil, nil, fmt.Errorf("no redis block %q", name)
+	}
+	opts := redisOptions(b)
+	if c, err = redisconn.New(opts); err != nil {
+		return nil, nil, fmt.Errorf("redis %q: %w", name, redisconn.RedactError(err, opts.Secrets()...))
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := redisconn.Ping(ctx, c); err != nil {
+		err = redisconn.RedactError(err, opts.Secrets()...)
+		if redisconn.IsAuthError(err) {
+			return c, fmt.Errorf("redis %q: authentication failed: %w", name, err), nil
+		}
+		return c, fmt.Errorf("redis %q: cannot reach the server: %w", name, err), nil
+	}
+	return c, nil, nil
 }
 
 func redisOptions(b *config.Redis) redisconn.Options {
