@@ -110,24 +110,29 @@ func Run(ctx context.Context, args []string, stdio Stdio) int {
 	return ExitConfig
 }
 
-// parseArgs parses flags that may stand before, between or after the paths.
+// parseArgs parses flags that may stand before, between or after the paths; no path means ".".
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var paths []string
+	paths, err := positionals(fs, args)
+	if err == nil && len(paths) == 0 {
+		paths = []string{"."}
+	}
+	return paths, err
+}
+
+// positionals parses fs's flags wherever they stand among args and returns the other arguments.
+func positionals(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			return nil, err
 		}
 		args = fs.Args()
 		if len(args) == 0 {
-			break
+			return pos, nil
 		}
-		paths = append(paths, args[0])
+		pos = append(pos, args[0])
 		args = args[1:]
 	}
-	if len(paths) == 0 {
-		paths = []string{"."}
-	}
-	return paths, nil
 }
 
 func newFlagSet(name string, stdio Stdio) *flag.FlagSet {

@@ -112,23 +112,6 @@ func cmdDLQ(ctx context.Context, args []string, stdio Stdio) int {
 	return ExitOK
 }
 
-// positionals parses flags that may stand anywhere among the positional arguments and returns
-// the positionals in order (parseArgs without its default path).
-func positionals(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
-}
-
 // deadLetterRow is one dead letter as `dlq list` shows it.
 type deadLetterRow struct {
 	id string // the stream entry id; "" for a list element
