@@ -31,8 +31,9 @@ const stopTimeout = 5 * time.Second
 
 // Server is one running redis-server.
 type Server struct {
-	Addr string // "127.0.0.1:PORT"
-	URL  string // "redis://127.0.0.1:PORT/0"
+	Addr    string // "127.0.0.1:PORT"
+	URL     string // "redis://127.0.0.1:PORT/0"
+	TLSAddr string // StartTLS only: the TLS port's "127.0.0.1:PORT"
 
 	bin  string
 	dir  string
