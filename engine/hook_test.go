@@ -24,7 +24,7 @@ type countingMetrics struct {
 }
 
 func (c *countingMetrics) Pipeline(string) PipelineMetrics { return c }
-func (c *countingMetrics) SourceError()                   { c.errors.Add(1) }
+func (c *countingMetrics) SourceError()                    { c.errors.Add(1) }
 
 func TestSourceErrorsAreCounted(t *testing.T) {
 	src := &hookedSource{fakeSource: fakeSource{caps: Capabilities{Finite: true}}}
