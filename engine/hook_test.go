@@ -27,7 +27,7 @@ func (c *countingMetrics) Pipeline(string) PipelineMetrics { return c }
 func (c *countingMetrics) SourceError()                    { c.errors.Add(1) }
 
 func TestSourceErrorsAreCounted(t *testing.T) {
-	src := &hookedSource{fakeSource: fakeSource{caps: Capabilities{Finite: true}}}
+	src := &hookedSource{fakeSource: fakeSource{caps: Capabilities{}}}
 	m := &countingMetrics{}
 	p := &Pipeline{Name: "p", Source: src, Handler: HandlerFunc(func(context.Context, *Delivery) Result { return Result{} }), ShutdownTimeout: time.Second}
 	if err := New(Options{Metrics: m}, p).Run(context.Background()); err != nil {

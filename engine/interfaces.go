@@ -60,8 +60,6 @@ type Capabilities struct {
 	DurableDelay bool
 	// DeliveryCount: the transport sets Delivery.Attempt from the server's delivery count.
 	DeliveryCount bool
-	// Finite: Receive returns nil at the end of input (file replay, pipe).
-	Finite bool
 }
 
 // Action is what a transport is told to do with a delivery.

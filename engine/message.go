@@ -5,7 +5,6 @@ package engine
 
 import (
 	"strconv"
-	"time"
 )
 
 // Header names flowrun sets (SPEC §6).
@@ -63,8 +62,6 @@ type Delivery struct {
 	// Token is the transport's own handle for settling this delivery (an entry id, the exact
 	// element bytes, a byte offset). The engine never looks inside.
 	Token any
-	// Received is when the source handed the delivery over.
-	Received time.Time
 }
 
 // RetryCopy returns the copy that replaces d on a retry: same key, headers and payload, with

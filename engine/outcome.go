@@ -46,8 +46,6 @@ func Drop() Outcome                      { return Outcome{Kind: KindDrop} }
 func Retry() Outcome                     { return Outcome{Kind: KindRetry} }
 func RetryAfter(d time.Duration) Outcome { return Outcome{Kind: KindRetryAfter, Delay: d} }
 func DeadLetter(reason string) Outcome   { return Outcome{Kind: KindDeadLetter, Reason: reason} }
-func (o Outcome) IsRetry() bool          { return o.Kind == KindRetry || o.Kind == KindRetryAfter }
-func (o Outcome) Equal(p Outcome) bool   { return o == p }
 
 func (o Outcome) String() string {
 	switch o.Kind {

@@ -126,7 +126,7 @@ func run(t *testing.T, ctx context.Context, opts Options, ps ...*Pipeline) error
 }
 
 func TestRunSettlesEveryDeliveryWithinConcurrency(t *testing.T) {
-	src := &fakeSource{caps: Capabilities{Ack: true, Finite: true}, deliveries: deliveries(200)}
+	src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: deliveries(200)}
 	var inflight, peak atomic.Int32
 	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
 		n := inflight.Add(1)
@@ -171,7 +171,7 @@ func TestRunSettlesEveryDeliveryWithinConcurrency(t *testing.T) {
 func TestRunPanicAndErrorBecomeRetry(t *testing.T) {
 	ds := deliveries(2)
 	ds[1].Headers[HeaderRetryCount] = "4"
-	src := &fakeSource{caps: Capabilities{Ack: true, Finite: true}, deliveries: ds}
+	src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: ds}
 	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
 		if d.ID == "1" {
 			panic("boom")
@@ -206,7 +206,7 @@ func TestRunCapBeforeHandler(t *testing.T) {
 	ds := deliveries(2)
 	ds[0].Headers[HeaderRetryCount] = "3" // attempt 4 > 3: never runs
 	ds[1].Headers[HeaderRetryCount] = "2" // attempt 3: runs, then dead-lettered on retry
-	src := &fakeSource{caps: Capabilities{Ack: true, Finite: true}, deliveries: ds}
+	src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: ds}
 	var ran sync.Map
 	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
 		ran.Store(d.ID, true)
@@ -234,7 +234,7 @@ func TestRunCapBeforeHandler(t *testing.T) {
 }
 
 func TestRunRuntimeDelayWaitsAtEndOfInput(t *testing.T) {
-	src := &fakeSource{caps: Capabilities{Finite: true}, deliveries: deliveries(1)}
+	src := &fakeSource{caps: Capabilities{}, deliveries: deliveries(1)}
 	p := pipeline(src, func(context.Context, *Delivery) Result { return Result{Outcome: RetryAfter(150 * time.Millisecond)} })
 	start := time.Now()
 	if err := run(t, context.Background(), Options{}, p); err != nil {
@@ -253,7 +253,7 @@ func TestRunRuntimeDelayWaitsAtEndOfInput(t *testing.T) {
 }
 
 func TestRunEndOfInputWaitsAtMostShutdownTimeout(t *testing.T) {
-	src := &fakeSource{caps: Capabilities{Finite: true}, deliveries: deliveries(1)}
+	src := &fakeSource{caps: Capabilities{}, deliveries: deliveries(1)}
 	p := pipeline(src, func(context.Context, *Delivery) Result { return Result{Outcome: RetryAfter(time.Hour)} })
 	p.ShutdownTimeout = 100 * time.Millisecond
 	if err := run(t, context.Background(), Options{}, p); err != nil {
@@ -357,7 +357,7 @@ func (r recordingSink) Publish(_ context.Context, msgs ...*Message) error {
 }
 
 func TestRunEmitsBeforeSettling(t *testing.T) {
-	src := &fakeSource{caps: Capabilities{Ack: true, Finite: true}, deliveries: deliveries(1)}
+	src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: deliveries(1)}
 	p := pipeline(src, func(context.Context, *Delivery) Result {
 		return Result{Outcome: Ack(), Emits: []Emit{
 			{Target: Target{Kind: "record"}, Message: &Message{Key: "a"}},
@@ -377,7 +377,7 @@ func TestRunEmitsBeforeSettling(t *testing.T) {
 }
 
 func TestRunEmitFailureIsRetry(t *testing.T) {
-	src := &fakeSource{caps: Capabilities{Ack: true, Finite: true}, deliveries: deliveries(1)}
+	src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: deliveries(1)}
 	p := pipeline(src, func(context.Context, *Delivery) Result {
 		return Result{Outcome: Ack(), Emits: []Emit{{Target: Target{Kind: "record"}, Message: &Message{Key: "a"}}}}
 	})
@@ -391,7 +391,7 @@ func TestRunEmitFailureIsRetry(t *testing.T) {
 }
 
 func TestRunRetriesFailedSettlement(t *testing.T) {
-	src := &fakeSource{caps: Capabilities{Ack: true, Finite: true}, deliveries: deliveries(5), failSettle: 2}
+	src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: deliveries(5), failSettle: 2}
 	p := pipeline(src, func(context.Context, *Delivery) Result { return Result{Outcome: Ack()} })
 	if err := run(t, context.Background(), Options{}, p); err != nil {
 		t.Fatal(err)
@@ -436,7 +436,7 @@ func (p partialErr) Error() string        { return "partly failed" }
 func (p partialErr) FailedIndexes() []int { return p.failed }
 
 func TestRunResendsOnlyFailedSettlements(t *testing.T) {
-	src := &fakeSource{caps: Capabilities{Ack: true, Finite: true}, deliveries: deliveries(50), failSettle: 1, partial: true}
+	src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: deliveries(50), failSettle: 1, partial: true}
 	release := make(chan struct{})
 	var n atomic.Int32
 	p := pipeline(src, func(context.Context, *Delivery) Result {

@@ -190,7 +190,7 @@ func (s *Source) resume() error {
 
 // Capabilities: a replay is finite; nothing is acknowledged natively.
 func (s *Source) Capabilities() engine.Capabilities {
-	return engine.Capabilities{Finite: !s.opts.Follow}
+	return engine.Capabilities{} // no acknowledgement: a checkpoint at most
 }
 
 // Malformed returns how many malformed lines were skipped so far.
@@ -273,7 +273,7 @@ func (s *Source) handle(ctx context.Context, out chan<- *engine.Delivery, line [
 		return nil
 	}
 	m.ID = strconv.FormatInt(n, 10)
-	d := &engine.Delivery{Message: m, Token: token{line: n, end: s.off}, Received: time.Now()}
+	d := &engine.Delivery{Message: m, Token: token{line: n, end: s.off}}
 	s.mu.Lock()
 	s.pending = append(s.pending, entry{line: n, start: start, end: s.off})
 	s.frontier = position{s.off, n}

@@ -185,7 +185,7 @@ func TestReplay(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "in.jsonl")
 			writeFile(t, path, sample)
 			s, _ := open(t, Options{Path: path, Key: tt.key})
-			if c := s.Capabilities(); c != (engine.Capabilities{Finite: true}) {
+			if c := s.Capabilities(); c != (engine.Capabilities{}) {
 				t.Errorf("Capabilities = %+v", c)
 			}
 			got := drain(t, s)
@@ -306,9 +306,6 @@ func TestFollow(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "in.jsonl")
 	writeFile(t, path, `{"key":"a","payload":1}`+"\n")
 	s, _ := open(t, Options{Path: path, Follow: true})
-	if s.Capabilities().Finite {
-		t.Fatal("a followed file must not be finite")
-	}
 	r := receive(s)
 	if d := r.next(t); d.ID != "1" {
 		t.Fatalf("first id %s", d.ID)

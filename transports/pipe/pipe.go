@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"sync/atomic"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -51,7 +50,7 @@ func New(opts Options, in io.Reader, out *codec.LineWriter, log zerolog.Logger) 
 }
 
 // Capabilities: the input ends; nothing is acknowledged natively.
-func (s *Source) Capabilities() engine.Capabilities { return engine.Capabilities{Finite: true} }
+func (s *Source) Capabilities() engine.Capabilities { return engine.Capabilities{} }
 
 // Malformed returns how many malformed lines were skipped so far.
 func (s *Source) Malformed() int64 { return s.malformed.Load() }
@@ -139,7 +138,7 @@ func (s *Source) decode(n int64, line []byte, lineErr error) *engine.Delivery {
 	if s.opts.Key != "" && m.Key != s.opts.Key {
 		return nil
 	}
-	return &engine.Delivery{Message: m, Received: time.Now()}
+	return &engine.Delivery{Message: m}
 }
 
 func blank(line []byte) bool {

@@ -74,7 +74,7 @@ not json
 		t.Run(tt.name, func(t *testing.T) {
 			var logs syncBuffer
 			s := New(Options{Key: tt.key, OutRetry: "r", Batch: 2}, strings.NewReader(input), codec.NewLineWriter(io.Discard), zerolog.New(&logs))
-			if c := s.Capabilities(); c != (engine.Capabilities{Finite: true}) {
+			if c := s.Capabilities(); c != (engine.Capabilities{}) {
 				t.Errorf("Capabilities = %+v", c)
 			}
 			got, err := run(t, s)

@@ -307,9 +307,8 @@ func (s *Source) handOver(ctx context.Context, out chan<- *engine.Delivery, elem
 		h, p := codec.DecodeEnvelope([]byte(e))
 		tok := &token{elem: e}
 		d := &engine.Delivery{
-			Message:  engine.Message{Key: s.opts.Key, Headers: h, Payload: p},
-			Token:    tok,
-			Received: time.Now(),
+			Message: engine.Message{Key: s.opts.Key, Headers: h, Payload: p},
+			Token:   tok,
 		}
 		// Counted before the send: a fast handler may settle it before the send returns.
 		if s.opts.Reliable {

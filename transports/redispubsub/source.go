@@ -199,9 +199,8 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 func (s *Source) handOver(ctx context.Context, out chan<- *engine.Delivery, m *redis.Message) bool {
 	h, p := codec.DecodeEnvelope([]byte(m.Payload))
 	d := &engine.Delivery{
-		Message:  engine.Message{Key: m.Channel, Headers: h, Payload: p},
-		Token:    &token{channel: m.Channel, pattern: m.Pattern},
-		Received: time.Now(),
+		Message: engine.Message{Key: m.Channel, Headers: h, Payload: p},
+		Token:   &token{channel: m.Channel, pattern: m.Pattern},
 	}
 	if ctx.Err() != nil { // checked first: select picks at random among ready cases
 		return false

@@ -232,7 +232,7 @@ func (s *Source) readNew(ctx context.Context, count int, block time.Duration) ([
 	if err != nil || len(msgs) == 0 {
 		return nil, err
 	}
-	ds := s.deliveries(msgs, time.Now())
+	ds := s.deliveries(msgs)
 	for _, d := range ds {
 		switch s.o.Kind {
 		case KindClaiming:
@@ -276,7 +276,7 @@ func (r *reader) readPending(ctx context.Context, count int) ([]*engine.Delivery
 	if err := s.ackDeleted(ctx, deleted); err != nil {
 		return nil, err
 	}
-	ds := s.deliveries(keep, time.Now())
+	ds := s.deliveries(keep)
 	s.trackDeliveries(ds)
 	return ds, nil
 }
@@ -345,7 +345,7 @@ func (s *Source) claimIdle(ctx context.Context) ([]*engine.Delivery, error) {
 	if err := s.ackDeleted(ctx, deleted); err != nil {
 		return nil, err
 	}
-	ds := s.deliveries(keep, time.Now())
+	ds := s.deliveries(keep)
 	for _, d := range ds {
 		in := infos[d.ID]
 		d.DeliveryCount = int(in.count) // deliveries before this one
@@ -393,7 +393,7 @@ func (r *reader) autoClaim(ctx context.Context) ([]*engine.Delivery, error) {
 		return nil, err
 	}
 	idle := s.o.MinIdle.Milliseconds() // a lower bound: XAUTOCLAIM reset the idle time
-	ds := s.deliveries(keep, time.Now())
+	ds := s.deliveries(keep)
 	out := ds[:0]
 	for _, d := range ds {
 		n, ok := counts[d.ID]
@@ -444,7 +444,7 @@ func (s *Source) pendingCounts(ctx context.Context, msgs []redis.XMessage) (map[
 }
 
 // deliveries maps entries to deliveries, allocated together.
-func (s *Source) deliveries(msgs []redis.XMessage, now time.Time) []*engine.Delivery {
+func (s *Source) deliveries(msgs []redis.XMessage) []*engine.Delivery {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -452,7 +452,7 @@ func (s *Source) deliveries(msgs []redis.XMessage, now time.Time) []*engine.Deli
 	ds := make([]*engine.Delivery, len(msgs))
 	for i, m := range msgs {
 		d := &block[i]
-		d.Key, d.ID, d.Token, d.Received = s.o.Stream, m.ID, m.ID, now
+		d.Key, d.ID, d.Token = s.o.Stream, m.ID, m.ID
 		messageFrom(&d.Message, m.Values)
 		if s.o.Kind == KindStream {
 			d.Attempt = d.RetryCount() + 1 // the engine would do the same (SPEC §5)
