@@ -85,26 +85,10 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 	}
 
 	attrs := content.Attributes
-	if a, ok := attrs["concurrency"]; ok {
-		v, ds := d.integer(a, 1)
-		diags = append(diags, ds...)
-		pl.Concurrency = v
-	}
-	if a, ok := attrs["max_attempts"]; ok {
-		v, ds := d.integer(a, 1)
-		diags = append(diags, ds...)
-		pl.MaxAttempts = v
-	}
-	if a, ok := attrs["dead_letter"]; ok {
-		v, ds := d.nonEmpty(a)
-		diags = append(diags, ds...)
-		pl.DeadLetter = v
-	}
-	if a, ok := attrs["shutdown_timeout"]; ok {
-		v, ds := d.duration(a, false)
-		diags = append(diags, ds...)
-		pl.ShutdownTimeout = v
-	}
+	opt(attrs, "concurrency", d.count, &pl.Concurrency, &diags)
+	opt(attrs, "max_attempts", d.count, &pl.MaxAttempts, &diags)
+	opt(attrs, "dead_letter", d.nonEmpty, &pl.DeadLetter, &diags)
+	opt(attrs, "shutdown_timeout", d.nonNegativeDuration, &pl.ShutdownTimeout, &diags)
 	if a, ok := attrs["delayed_retry"]; ok {
 		v, ds := d.str(a)
 		diags = append(diags, ds...)
@@ -341,11 +325,7 @@ func (d *fileDecoder) decodeEmitBlock(block *hcl.Block) (*rules.EmitSpec, *emitR
 	e := &rules.EmitSpec{Target: engine.Target{Kind: kind}}
 	attrs := content.Attributes
 
-	if a, ok := attrs["key"]; ok {
-		v, ds := d.nonEmpty(a)
-		diags = append(diags, ds...)
-		e.Key = v
-	} else {
+	if !opt(attrs, "key", d.nonEmpty, &e.Key, &diags) {
 		diags = append(diags, missingArg(block, "key", "in an emit block"))
 	}
 	if a, ok := attrs["payload"]; ok {

@@ -95,46 +95,22 @@ func (d *fileDecoder) decodeRedisBlock(block *hcl.Block) (*Redis, hcl.Diagnostic
 		})
 	}
 
-	if a, ok := content.Attributes["username"]; ok {
-		s, ds := d.str(a)
-		diags = append(diags, ds...)
-		r.Username = s
-	}
-	if a, ok := content.Attributes["password"]; ok {
-		s, ds := d.str(a)
-		diags = append(diags, ds...)
-		r.Password = s
-	}
+	opt(content.Attributes, "username", d.str, &r.Username, &diags)
+	opt(content.Attributes, "password", d.str, &r.Password, &diags)
 	return r, diags
 }
 
 func (d *fileDecoder) decodeSentinelBlock(block *hcl.Block) (*Sentinel, hcl.Diagnostics) {
 	s := &Sentinel{}
 	content, diags := block.Body.Content(sentinelSchema)
-	if a, ok := content.Attributes["master"]; ok {
-		v, ds := d.nonEmpty(a)
-		diags = append(diags, ds...)
-		s.Master = v
-	} else {
+	if !opt(content.Attributes, "master", d.nonEmpty, &s.Master, &diags) {
 		diags = append(diags, missingArg(block, "master", "in a sentinel block"))
 	}
-	if a, ok := content.Attributes["addrs"]; ok {
-		v, ds := d.strList(a)
-		diags = append(diags, ds...)
-		s.Addrs = v
-	} else {
+	if !opt(content.Attributes, "addrs", d.strList, &s.Addrs, &diags) {
 		diags = append(diags, missingArg(block, "addrs", "in a sentinel block"))
 	}
-	if a, ok := content.Attributes["username"]; ok {
-		v, ds := d.str(a)
-		diags = append(diags, ds...)
-		s.Username = v
-	}
-	if a, ok := content.Attributes["password"]; ok {
-		v, ds := d.str(a)
-		diags = append(diags, ds...)
-		s.Password = v
-	}
+	opt(content.Attributes, "username", d.str, &s.Username, &diags)
+	opt(content.Attributes, "password", d.str, &s.Password, &diags)
 	return s, diags
 }
 
@@ -153,16 +129,8 @@ func (d *fileDecoder) decodeTLSBlock(block *hcl.Block) (*TLS, hcl.Diagnostics) {
 	path("ca_file", &t.CAFile)
 	path("cert_file", &t.CertFile)
 	path("key_file", &t.KeyFile)
-	if a, ok := content.Attributes["server_name"]; ok {
-		v, ds := d.str(a)
-		diags = append(diags, ds...)
-		t.ServerName = v
-	}
-	if a, ok := content.Attributes["insecure_skip_verify"]; ok {
-		v, ds := d.boolean(a)
-		diags = append(diags, ds...)
-		t.InsecureSkipVerify = v
-	}
+	opt(content.Attributes, "server_name", d.str, &t.ServerName, &diags)
+	opt(content.Attributes, "insecure_skip_verify", d.boolean, &t.InsecureSkipVerify, &diags)
 	_, hasCert := content.Attributes["cert_file"]
 	_, hasKey := content.Attributes["key_file"]
 	if hasCert && !hasKey {

@@ -88,15 +88,7 @@ func (d *fileDecoder) decodeSourceBlock(block *hcl.Block, pipeline string) (*Sou
 
 	s := &Source{Kind: kind, DeclRange: block.DefRange}
 	attrs := content.Attributes
-	str := func(name string, dst *string) bool {
-		a, ok := attrs[name]
-		if ok {
-			v, ds := d.nonEmpty(a)
-			diags = append(diags, ds...)
-			*dst = v
-		}
-		return ok
-	}
+	str := func(name string, dst *string) bool { return opt(attrs, name, d.nonEmpty, dst, &diags) }
 	if a, ok := attrs["redis"]; ok {
 		v, ds := d.nonEmpty(a)
 		diags = append(diags, ds...)
@@ -109,17 +101,9 @@ func (d *fileDecoder) decodeSourceBlock(block *hcl.Block, pipeline string) (*Sou
 			s.Consumer = d.consumer
 		}
 		s.Batch = DefaultBatch
-		if a, ok := attrs["batch"]; ok {
-			v, ds := d.integer(a, 1)
-			diags = append(diags, ds...)
-			s.Batch = v
-		}
+		opt(attrs, "batch", d.count, &s.Batch, &diags)
 		s.Block = DefaultBlock
-		if a, ok := attrs["block"]; ok {
-			v, ds := d.duration(a, true)
-			diags = append(diags, ds...)
-			s.Block = v
-		}
+		opt(attrs, "block", d.positiveDuration, &s.Block, &diags)
 	}
 
 	switch kind {
@@ -139,11 +123,7 @@ func (d *fileDecoder) decodeSourceBlock(block *hcl.Block, pipeline string) (*Sou
 			s.Start = v
 		}
 		if kind != KindStream {
-			if a, ok := attrs["min_idle"]; ok {
-				v, ds := d.duration(a, true)
-				diags = append(diags, ds...)
-				s.MinIdle = v
-			} else {
+			if !opt(attrs, "min_idle", d.positiveDuration, &s.MinIdle, &diags) {
 				diags = append(diags, missingArg(block, "min_idle", fmt.Sprintf("for a %s source", kind)))
 			}
 		}
@@ -153,11 +133,7 @@ func (d *fileDecoder) decodeSourceBlock(block *hcl.Block, pipeline string) (*Sou
 			diags = append(diags, missingArg(block, "key", "for a list source"))
 		}
 		s.Reliable = true
-		if a, ok := attrs["reliable"]; ok {
-			v, ds := d.boolean(a)
-			diags = append(diags, ds...)
-			s.Reliable = v
-		}
+		opt(attrs, "reliable", d.boolean, &s.Reliable, &diags)
 		hasProcessing := str("processing", &s.Processing)
 		switch {
 		case hasProcessing && !s.Reliable:
@@ -210,11 +186,7 @@ func (d *fileDecoder) decodeSourceBlock(block *hcl.Block, pipeline string) (*Sou
 			diags = append(diags, missingArg(block, "path", "for a file source"))
 		}
 		str("key", &s.Key)
-		if a, ok := attrs["follow"]; ok {
-			v, ds := d.boolean(a)
-			diags = append(diags, ds...)
-			s.Follow = v
-		}
+		opt(attrs, "follow", d.boolean, &s.Follow, &diags)
 		if str("checkpoint", &s.Checkpoint) && s.Checkpoint != "" {
 			s.Checkpoint = resolvePath(d.dir, s.Checkpoint)
 		}

@@ -104,11 +104,7 @@ func (d *fileDecoder) decodeTestMessage(block *hcl.Block, t *Test) hcl.Diagnosti
 		diags = append(diags, ds...)
 		m.Key, t.keySet = v, true
 	}
-	if a, ok := content.Attributes["attempt"]; ok {
-		v, ds := d.integer(a, 1)
-		diags = append(diags, ds...)
-		m.Attempt = v
-	}
+	opt(content.Attributes, "attempt", d.count, &m.Attempt, &diags)
 	return diags
 }
 

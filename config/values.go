@@ -67,6 +67,9 @@ func (d *fileDecoder) boolean(attr *hcl.Attribute) (bool, hcl.Diagnostics) {
 }
 
 // integer decodes a whole number of at least min.
+// count decodes a whole number of at least 1 (batch, concurrency, max_attempts, attempt).
+func (d *fileDecoder) count(attr *hcl.Attribute) (int, hcl.Diagnostics) { return d.integer(attr, 1) }
+
 func (d *fileDecoder) integer(attr *hcl.Attribute, min int) (int, hcl.Diagnostics) {
 	v, diags := d.value(attr, cty.Number, "a number")
 	if v == cty.NilVal {
@@ -87,6 +90,16 @@ func (d *fileDecoder) integer(attr *hcl.Attribute, min int) (int, hcl.Diagnostic
 }
 
 // duration decodes a Go duration string; positive demands > 0, else >= 0.
+// positiveDuration decodes a duration greater than zero (block, min_idle).
+func (d *fileDecoder) positiveDuration(attr *hcl.Attribute) (time.Duration, hcl.Diagnostics) {
+	return d.duration(attr, true)
+}
+
+// nonNegativeDuration decodes a duration of zero or more (shutdown_timeout).
+func (d *fileDecoder) nonNegativeDuration(attr *hcl.Attribute) (time.Duration, hcl.Diagnostics) {
+	return d.duration(attr, false)
+}
+
 func (d *fileDecoder) duration(attr *hcl.Attribute, positive bool) (time.Duration, hcl.Diagnostics) {
 	s, diags := d.str(attr)
 	if diags.HasErrors() {
@@ -209,4 +222,17 @@ func convertString(v cty.Value) (cty.Value, error) {
 		return cty.NilVal, fmt.Errorf("config: null or unknown value")
 	}
 	return convert.Convert(v, cty.String)
+}
+
+// opt decodes attrs[name] with dec into *dst when the attribute is written, appending its
+// diagnostics to *diags; it reports whether the attribute was written.
+func opt[T any](attrs hcl.Attributes, name string, dec func(*hcl.Attribute) (T, hcl.Diagnostics), dst *T, diags *hcl.Diagnostics) bool {
+	a, ok := attrs[name]
+	if !ok {
+		return false
+	}
+	v, ds := dec(a)
+	*diags = append(*diags, ds...)
+	*dst = v
+	return true
 }
