@@ -163,3 +163,28 @@ func TestLogFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestOnePipeReadsStdin: two selected pipe pipelines would race for one stdin; run refuses,
+// pointing at the second, and --pipeline picks one.
+func TestOnePipeReadsStdin(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "pipes.hcl", `pipeline "p1" {
+  source "pipe" {}
+  out_retry = "r"
+  rule "r" { outcome = "ack" }
+}
+
+pipeline "p2" {
+  source "pipe" {}
+  out_retry = "r"
+  rule "r" { outcome = "ack" }
+}
+`)
+	r := flowrun(t, "", "run", cfg)
+	if r.code != 1 || !strings.Contains(r.stderr, cfg+":8:3: error: Two pipelines read standard input") {
+		t.Fatalf("exit %d stderr:\n%s", r.code, r.stderr)
+	}
+	if r = flowrun(t, "", "run", "--pipeline", "p2", cfg); r.code != 0 {
+		t.Fatalf("--pipeline p2: exit %d\n%s", r.code, r.stderr)
+	}
+}
