@@ -19,6 +19,7 @@ type promMetrics struct {
 	inflight    *prometheus.GaugeVec
 	delayed     *prometheus.GaugeVec
 	srcErrors   *prometheus.CounterVec
+	settleFails *prometheus.CounterVec
 }
 
 var _ engine.Metrics = (*promMetrics)(nil)
@@ -46,7 +47,11 @@ func newMetrics() *promMetrics {
 			Name: "flowrun_source_errors_total", Help: "Failed reads, malformed records and failed settlement round trips.",
 		}, []string{"pipeline"}),
 	}
-	m.reg.MustRegister(m.messages, m.seconds, m.deadLetters, m.inflight, m.delayed, m.srcErrors)
+	m.settleFails = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flowrun_settle_failures_total",
+		Help: "Deliveries whose settlement failed, by reason (noperm, wrongtype, connection, ...); permanent ones are left unsettled.",
+	}, []string{"pipeline", "reason"})
+	m.reg.MustRegister(m.messages, m.seconds, m.deadLetters, m.inflight, m.delayed, m.srcErrors, m.settleFails)
 	return m
 }
 
@@ -64,6 +69,7 @@ func (m *promMetrics) Pipeline(name string) engine.PipelineMetrics {
 		inflight:    m.inflight.WithLabelValues(name),
 		delayed:     m.delayed.WithLabelValues(name),
 		srcErrors:   m.srcErrors.WithLabelValues(name),
+		settleFails: m.settleFails.MustCurryWith(prometheus.Labels{"pipeline": name}),
 	}
 	for _, l := range engine.OutcomeLabels {
 		b.outcomes[l] = m.messages.WithLabelValues(name, l)
@@ -78,6 +84,7 @@ type boundMetrics struct {
 	inflight    prometheus.Gauge
 	delayed     prometheus.Gauge
 	srcErrors   prometheus.Counter
+	settleFails *prometheus.CounterVec // curried with the pipeline; reasons are few
 }
 
 func (b *boundMetrics) Outcome(label string) {
@@ -93,3 +100,4 @@ func (b *boundMetrics) HandlerDuration(d time.Duration) { b.seconds.Observe(d.Se
 func (b *boundMetrics) Inflight(delta int)              { b.inflight.Add(float64(delta)) }
 func (b *boundMetrics) DelayedHeld(n int)               { b.delayed.Set(float64(n)) }
 func (b *boundMetrics) SourceError()                    { b.srcErrors.Inc() }
+func (b *boundMetrics) SettleFailure(reason string)     { b.settleFails.WithLabelValues(reason).Inc() }

@@ -133,3 +133,11 @@ func (h *ErrorHook) ReportError() {
 		(*f)()
 	}
 }
+
+// Releaser is implemented by a source that keeps state per delivery (tracking, keep-alive): the
+// engine calls Release for a delivery whose settlement it abandoned after a permanent failure,
+// so the source stops tracking it and its own rules bring it back (a pending entry is read
+// again, a processing list is swept, a file record stays before the checkpoint).
+type Releaser interface {
+	Release(s Settlement)
+}

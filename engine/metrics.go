@@ -16,6 +16,9 @@ type PipelineMetrics interface {
 	Inflight(delta int)
 	DelayedHeld(n int)
 	SourceError()
+	// SettleFailure counts one delivery whose settlement failed, by reason ("noperm",
+	// "wrongtype", "connection", …): flowrun_settle_failures_total.
+	SettleFailure(reason string)
 }
 
 // OutcomeLabels are every label PipelineMetrics.Outcome is called with.
@@ -29,3 +32,4 @@ func (noMetrics) HandlerDuration(time.Duration)   {}
 func (noMetrics) Inflight(int)                    {}
 func (noMetrics) DelayedHeld(int)                 {}
 func (noMetrics) SourceError()                    {}
+func (noMetrics) SettleFailure(string)            {}

@@ -21,6 +21,7 @@ type Pipeline struct {
 	MaxAttempts     int           // 0: no cap
 	DeadLetter      string        // "": none
 	ShutdownTimeout time.Duration // grace for in-flight handlers after a stop; default 30s
+	MaxHeld         int           // runtime delayed copies held at once; 0: 10000
 	Logger          zerolog.Logger
 }
 
@@ -36,7 +37,14 @@ type Engine struct {
 	pipelines []*Pipeline
 
 	sinkMu sync.Mutex
-	sinks  map[Target]Sink
+	sinks  map[Target]*sinkEntry
+}
+
+// sinkEntry is one target's sink, created once. Its own lock is held while it is created (which
+// may dial), so a slow first emit to one target never stalls emits to the others.
+type sinkEntry struct {
+	mu   sync.Mutex
+	sink Sink
 }
 
 // DefaultShutdownTimeout is the grace for in-flight work when a pipeline does not set one.
@@ -55,7 +63,7 @@ func New(opts Options, pipelines ...*Pipeline) *Engine {
 			p.ShutdownTimeout = DefaultShutdownTimeout
 		}
 	}
-	return &Engine{opts: opts, pipelines: pipelines, sinks: map[Target]Sink{}}
+	return &Engine{opts: opts, pipelines: pipelines, sinks: map[Target]*sinkEntry{}}
 }
 
 // Ready reports whether every source that can tell is connected.
@@ -96,19 +104,27 @@ func (e *Engine) Run(ctx context.Context) error {
 }
 
 func (e *Engine) sink(t Target) (Sink, error) {
-	e.sinkMu.Lock()
-	defer e.sinkMu.Unlock()
-	if s, ok := e.sinks[t]; ok {
-		return s, nil
-	}
 	if e.opts.Sinks == nil {
 		return nil, fmt.Errorf("engine: no sink for %s emits", t.Kind)
 	}
+	e.sinkMu.Lock()
+	en, ok := e.sinks[t]
+	if !ok {
+		en = &sinkEntry{}
+		e.sinks[t] = en
+	}
+	e.sinkMu.Unlock()
+
+	en.mu.Lock()
+	defer en.mu.Unlock()
+	if en.sink != nil {
+		return en.sink, nil
+	}
 	s, err := e.opts.Sinks(t)
 	if err != nil {
-		return nil, err
+		return nil, err // not kept: the next emit tries again
 	}
-	e.sinks[t] = s
+	en.sink = s
 	return s, nil
 }
 
@@ -163,7 +179,8 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 		received <- err
 	}()
 
-	s := newSettler(r, stop, grace)
+	gate := newHoldGate(p.MaxHeld)
+	s := newSettler(r, stop, grace, gate)
 	settled := make(chan struct{})
 	go func() {
 		s.run(decisions)
@@ -175,8 +192,24 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			for d := range deliveries {
-				decisions <- r.handle(grace, d)
+			for {
+				// At max_held, take nothing new until copies come due (reading pauses); a stop
+				// ends the wait, since held copies are all written then.
+				if full := gate.full(); full != nil {
+					select {
+					case <-full:
+					case <-stop.Done():
+					}
+				}
+				d, ok := <-deliveries
+				if !ok {
+					return
+				}
+				dec := r.handle(grace, d)
+				if dec.Hold != nil {
+					gate.add(1)
+				}
+				decisions <- dec
 			}
 		}()
 	}

@@ -101,6 +101,9 @@ func classify(err error) (string, bool) {
 // faultsOf spreads a Settle error over the n deliveries of the call: a SettleError names its
 // own; a PartialError names indexes; any other error is a fault of every delivery.
 func faultsOf(err error, n int) []Fault {
+	if err == nil {
+		return nil
+	}
 	var se *SettleError
 	if errors.As(err, &se) {
 		out := make([]Fault, 0, len(se.Faults))

@@ -3,26 +3,48 @@ package engine
 import (
 	"container/heap"
 	"context"
-	"errors"
 	"math/rand/v2"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // maxSettleBatch bounds how many settlements go to a transport in one call.
 const maxSettleBatch = 512
 
+// Backoff between resends of settlements that failed transiently.
+const (
+	settleBackoffBase    = 50 * time.Millisecond
+	settleBackoffCeiling = 2 * time.Second
+)
+
+// maxLoggedFaults bounds the memory of which permanent faults were already logged.
+const maxLoggedFaults = 4096
+
 // settler is the one goroutine of a pipeline that talks to its source after a read: it batches
-// settlements, retries failed ones with backoff, and holds runtime delayed copies until due.
+// settlements, resends those that failed transiently with backoff, abandons those that failed
+// permanently (SPEC §10), and holds runtime delayed copies until due.
 type settler struct {
 	r     *runner
 	stop  context.Context // the stop signal: held copies are written at once after it
 	grace context.Context // the end of shutdown_timeout after a stop: give up retrying then
 	held  holdHeap
-	batch []Settlement
+	gate  *holdGate
+
+	batch []Decision // decisions to settle in the next call
+	// retry holds decisions whose settlement failed transiently; they are resent at retryAt
+	// together with whatever else is waiting, so one failing key never holds back the others.
+	retry   []Decision
+	retryAt time.Time
+	wait    time.Duration // the current backoff
+	failing bool          // a transient failure is being retried (logged once)
+	logged  map[faultKey]struct{}
 }
 
-func newSettler(r *runner, stop, grace context.Context) *settler {
-	return &settler{r: r, stop: stop, grace: grace}
+type faultKey struct{ command, key, reason string }
+
+func newSettler(r *runner, stop, grace context.Context, gate *holdGate) *settler {
+	return &settler{r: r, stop: stop, grace: grace, gate: gate, logged: map[faultKey]struct{}{}}
 }
 
 // run consumes decisions until the channel closes, then writes the held copies: at once after a
@@ -32,20 +54,31 @@ func (s *settler) run(decisions <-chan Decision) {
 	defer timer.Stop()
 	for {
 		s.resetTimer(timer)
+		// While many resends wait, take no new decisions: workers block, reading pauses.
+		in := decisions
+		if len(s.retry) >= maxSettleBatch {
+			in = nil
+		}
 		select {
-		case dec, ok := <-decisions:
+		case dec, ok := <-in:
 			if !ok {
+				s.flushRetries()
 				s.finish()
 				return
 			}
 			s.collect(dec, decisions)
 		case <-timer.C:
-			s.requeueDue(time.Now())
+			now := time.Now()
+			if len(s.retry) > 0 && !now.Before(s.retryAt) {
+				s.settle()
+			}
+			s.requeueDue(now)
 		case <-s.stop.Done():
 			// After the stop, decisions keep arriving from finishing handlers. Held copies go
 			// out once decisions closes: reading has stopped then, so a read still blocked at
 			// the stop cannot take a copy back in.
 			s.drainAfterStop(decisions)
+			s.flushRetries()
 			s.requeueDue(time.Time{}) // a stop publishes every held copy at once
 			return
 		}
@@ -54,14 +87,7 @@ func (s *settler) run(decisions <-chan Decision) {
 
 // collect settles dec together with whatever else is already waiting.
 func (s *settler) collect(dec Decision, decisions <-chan Decision) {
-	var holds []Decision
-	add := func(d Decision) {
-		s.batch = append(s.batch, d.Settlement)
-		if d.Hold != nil {
-			holds = append(holds, d)
-		}
-	}
-	add(dec)
+	s.batch = append(s.batch, dec)
 more:
 	for len(s.batch) < maxSettleBatch {
 		select {
@@ -69,23 +95,54 @@ more:
 			if !ok {
 				break more
 			}
-			add(d)
+			s.batch = append(s.batch, d)
 		default:
 			break more
 		}
 	}
-	s.settle()
-	// The original is settled before its copy is held (SPEC §5 runtime delay).
-	for _, d := range holds {
-		heap.Push(&s.held, held{msg: d.Hold, due: d.HoldDue})
+	if len(s.retry) > 0 && time.Now().Before(s.retryAt) {
+		// Resends wait for their backoff; new decisions go now, on their own.
+		s.settleCall(s.batch)
+		s.batch = s.batch[:0]
+		return
 	}
-	s.r.metrics.DelayedHeld(len(s.held))
+	s.settle()
 }
 
 func (s *settler) drainAfterStop(decisions <-chan Decision) {
 	for dec := range decisions {
 		s.collect(dec, decisions)
 	}
+}
+
+// flushRetries keeps resending what failed transiently until it is settled or the grace period
+// ends, then abandons the rest (it stays unsettled, so a source with acknowledgement delivers it
+// again).
+func (s *settler) flushRetries() {
+	for len(s.retry) > 0 {
+		if s.grace.Err() != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			s.settleWith(ctx, s.takeRetries())
+			cancel()
+			for _, d := range s.takeRetries() {
+				s.abandon(d, "settlement abandoned at shutdown")
+			}
+			return
+		}
+		t := time.NewTimer(max(time.Until(s.retryAt), 0))
+		select {
+		case <-t.C:
+		case <-s.grace.Done():
+		}
+		t.Stop()
+		s.settleWith(s.grace, s.takeRetries())
+	}
+}
+
+func (s *settler) takeRetries() []Decision {
+	r := s.retry
+	s.retry = nil
+	return r
 }
 
 func (s *settler) finish() {
@@ -115,97 +172,235 @@ func (s *settler) resetTimer(t *time.Timer) {
 	if len(s.held) > 0 {
 		d = max(time.Until(s.held[0].due), 0)
 	}
+	if len(s.retry) > 0 {
+		d = min(d, max(time.Until(s.retryAt), 0))
+	}
 	t.Reset(d)
 }
 
-// requeueDue writes the held copies due by now; a zero now writes them all.
+// requeueDue writes the held copies due by now; a zero now writes them all. Copies that fail
+// transiently stay held and are tried again after a backoff; those that fail permanently, or
+// are still unwritten when the grace period is over, are logged as lost.
 func (s *settler) requeueDue(now time.Time) {
 	var msgs []*Message
+	var dues []time.Time
 	for len(s.held) > 0 && (now.IsZero() || !s.held[0].due.After(now)) {
-		msgs = append(msgs, heap.Pop(&s.held).(held).msg)
+		h := heap.Pop(&s.held).(held)
+		msgs, dues = append(msgs, h.msg), append(dues, h.due)
 	}
 	if len(msgs) == 0 {
 		return
 	}
-	err := s.retry("requeue delayed copies", func(ctx context.Context) error {
-		return s.r.p.Source.Requeue(ctx, msgs)
-	})
-	if err != nil {
-		for _, m := range msgs {
-			s.r.log.Error().Err(err).Str(FieldKey, m.Key).Msg("delayed copy lost: could not be written before shutdown")
+	popped := len(msgs)
+	wait := settleBackoffBase
+	for len(msgs) > 0 {
+		ctx := s.grace
+		var cancel context.CancelFunc = func() {}
+		last := s.grace.Err() != nil
+		if last {
+			ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
 		}
+		faults := faultsOf(s.r.p.Source.Requeue(ctx, msgs), len(msgs))
+		cancel()
+		var again []*Message
+		var againDue []time.Time
+		for _, f := range faults {
+			s.r.metrics.SettleFailure(f.Reason)
+			m := msgs[f.Index]
+			if f.Permanent || last {
+				s.r.log.Error().Err(f).Str(FieldKey, m.Key).Msg("delayed copy lost: it could not be written")
+				continue
+			}
+			again, againDue = append(again, m), append(againDue, dues[f.Index])
+		}
+		if len(again) == 0 {
+			break
+		}
+		if now.IsZero() {
+			// A stop writes everything now: keep trying until the grace period ends.
+			s.r.log.Warn().Err(faults[0]).Int("copies", len(again)).Msg("writing delayed copies failed; retrying with backoff")
+			sleep(s.grace, rand.N(wait)+wait/2)
+			wait = min(wait*2, settleBackoffCeiling)
+			msgs, dues = again, againDue
+			continue
+		}
+		// Not a stop: hold them a little longer and go on settling meanwhile.
+		retryAt := time.Now().Add(s.backoff())
+		for _, m := range again {
+			heap.Push(&s.held, held{msg: m, due: retryAt})
+		}
+		popped -= len(again)
+		s.noteFailing(faults[0], "writing delayed copies")
+		break
 	}
+	s.gate.add(-popped)
 	s.r.metrics.DelayedHeld(len(s.held))
 }
 
+// settle sends the batch and every resend that is due, in calls of at most maxSettleBatch.
 func (s *settler) settle() {
-	if len(s.batch) == 0 {
-		return
-	}
-	todo := s.batch
-	err := s.retry("settle", func(ctx context.Context) error {
-		err := s.r.p.Source.Settle(ctx, todo)
-		var pe PartialError
-		if errors.As(err, &pe) {
-			todo = pick(todo, pe.FailedIndexes())
-		}
-		return err
-	})
-	if err != nil {
-		// Not acknowledged: a source with acknowledgement delivers these again.
-		s.r.log.Error().Err(err).Int("deliveries", len(todo)).Msg("settlement abandoned at shutdown")
-	}
+	todo := append(s.takeRetries(), s.batch...)
 	clear(s.batch)
 	s.batch = s.batch[:0]
-}
-
-// retry calls f until it succeeds, backing off between failures, until the grace period ends;
-// then it makes one last bounded attempt.
-func (s *settler) retry(what string, f func(ctx context.Context) error) error {
-	const (
-		base    = 50 * time.Millisecond
-		ceiling = 5 * time.Second
-	)
-	wait := base
-	failing := false
-	for {
-		if s.grace.Err() != nil {
-			// The grace period is over (or ran out while we waited): one bounded last try.
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			return f(ctx)
-		}
-		err := f(s.grace)
-		if err == nil {
-			if failing {
-				s.r.log.Info().Msg(what + " recovered")
-			}
-			return nil
-		}
-		s.r.metrics.SourceError()
-		if !failing {
-			s.r.log.Warn().Err(err).Msg(what + " failed; retrying with backoff")
-			failing = true
-		}
-		t := time.NewTimer(rand.N(wait) + wait/2)
-		select {
-		case <-t.C:
-		case <-s.grace.Done():
-		}
-		t.Stop()
-		wait = min(wait*2, ceiling)
+	for len(todo) > 0 {
+		n := min(len(todo), maxSettleBatch)
+		s.settleCall(todo[:n])
+		todo = todo[n:]
 	}
 }
 
-// pick returns the settlements at the given indexes, in a new slice.
-func pick(batch []Settlement, idx []int) []Settlement {
-	out := make([]Settlement, 0, len(idx))
-	for _, i := range idx {
-		if i >= 0 && i < len(batch) {
-			out = append(out, batch[i])
+func (s *settler) settleCall(decs []Decision) { s.settleWith(s.grace, decs) }
+
+// settleWith sends decs in one Settle call and sorts out what failed.
+func (s *settler) settleWith(ctx context.Context, decs []Decision) {
+	if len(decs) == 0 {
+		return
+	}
+	batch := make([]Settlement, len(decs))
+	for i, d := range decs {
+		batch[i] = d.Settlement
+	}
+	err := s.r.p.Source.Settle(ctx, batch)
+	if err == nil {
+		s.settled(decs)
+		return
+	}
+	faults := faultsOf(err, len(decs))
+	failed := make([]bool, len(decs))
+	var permanent []int
+	for _, f := range faults {
+		if failed[f.Index] {
+			continue
+		}
+		failed[f.Index] = true
+		if f.Permanent {
+			permanent = append(permanent, f.Index)
+			continue
+		}
+		s.r.metrics.SettleFailure(f.Reason)
+		s.toRetry(decs[f.Index], f)
+	}
+	ok := decs[:0:0]
+	for i, d := range decs {
+		if !failed[i] {
+			ok = append(ok, d)
 		}
 	}
-	return out
+	s.settled(ok)
+	if len(permanent) == 0 {
+		return
+	}
+	if len(decs) > 1 && len(permanent) > 1 {
+		// The transport could not tell which delivery was at fault (a whole MULTI aborted):
+		// send each alone, so only the one that cannot be settled is left unsettled.
+		for _, i := range permanent {
+			s.settleWith(ctx, decs[i:i+1])
+		}
+		return
+	}
+	for _, f := range faults {
+		if f.Permanent && failed[f.Index] {
+			failed[f.Index] = false // once per delivery
+			s.r.metrics.SettleFailure(f.Reason)
+			s.logPermanent(decs[f.Index], f)
+			s.abandon(decs[f.Index], "")
+		}
+	}
+}
+
+// settled is called for decisions the source carried out: their held copies start waiting.
+func (s *settler) settled(decs []Decision) {
+	if s.failing && len(decs) > 0 && len(s.retry) == 0 {
+		s.failing = false
+		s.wait = 0
+		s.r.log.Info().Msg("settlement recovered")
+	}
+	pushed := false
+	for _, d := range decs {
+		if d.Hold != nil {
+			// The original is settled before its copy is held (SPEC §5 runtime delay).
+			heap.Push(&s.held, held{msg: d.Hold, due: d.HoldDue})
+			pushed = true
+		}
+	}
+	if pushed {
+		s.r.metrics.DelayedHeld(len(s.held))
+	}
+}
+
+// toRetry queues a transiently failed decision for a resend after the backoff.
+func (s *settler) toRetry(d Decision, f Fault) {
+	if len(s.retry) == 0 {
+		s.retryAt = time.Now().Add(s.backoff())
+	}
+	s.retry = append(s.retry, d)
+	s.noteFailing(f, "settle")
+}
+
+func (s *settler) backoff() time.Duration {
+	if s.wait == 0 {
+		s.wait = settleBackoffBase
+	} else {
+		s.wait = min(s.wait*2, settleBackoffCeiling)
+	}
+	return rand.N(s.wait) + s.wait/2
+}
+
+func (s *settler) noteFailing(f Fault, what string) {
+	s.r.metrics.SourceError()
+	if s.failing {
+		return
+	}
+	s.failing = true
+	s.r.log.Warn().Err(f).Str("command", f.Command).Str(FieldKey, f.Key).Str("reason", f.Reason).
+		Msg(what + " failed; retrying with backoff")
+}
+
+// logPermanent logs a permanent fault at error once per command, key and reason.
+func (s *settler) logPermanent(d Decision, f Fault) {
+	k := faultKey{f.Command, f.Key, f.Reason}
+	if _, ok := s.logged[k]; ok {
+		s.r.log.Debug().Err(f).Str(FieldID, d.Settlement.Delivery.ID).Msg("settlement failed permanently")
+		return
+	}
+	if len(s.logged) < maxLoggedFaults {
+		s.logged[k] = struct{}{}
+	}
+	ev := s.r.log.Error().Err(f.Err).Str("command", f.Command).Str(FieldKey, f.Key).Str("reason", f.Reason)
+	s.delivery(ev, d).Msg("settlement failed permanently: delivery left unsettled, it comes back by its source's rules; the rest of the pipeline goes on")
+}
+
+func (s *settler) delivery(ev *zerolog.Event, d Decision) *zerolog.Event {
+	if del := d.Settlement.Delivery; del != nil {
+		ev = ev.Str("source_key", del.Key)
+		if del.ID != "" {
+			ev = ev.Str(FieldID, del.ID)
+		}
+	}
+	return ev.Str("action", d.Settlement.Action.String())
+}
+
+// abandon gives up on a decision: the source forgets it (so its own rules bring it back) and its
+// held copy, if any, is never written.
+func (s *settler) abandon(d Decision, msg string) {
+	if msg != "" {
+		s.delivery(s.r.log.Error(), d).Msg(msg)
+	}
+	if d.Hold != nil {
+		s.gate.add(-1)
+	}
+	if rel, ok := s.r.p.Source.(Releaser); ok && d.Settlement.Delivery != nil {
+		rel.Release(d.Settlement)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 type held struct {

@@ -1,0 +1,54 @@
+package engine
+
+import "sync"
+
+// DefaultMaxHeld bounds the runtime delayed copies held at once when a pipeline sets no
+// max_held (SPEC §5).
+const DefaultMaxHeld = 10000
+
+// holdGate counts runtime delayed copies from the moment a worker decides one until it is
+// written (or given up), and makes workers wait before taking another delivery while the count
+// is at max_held. Since a source hands out a delivery only when a worker takes one, reading
+// pauses within one batch of the bound, and memory stays flat however many messages ask for a
+// delay.
+type holdGate struct {
+	max int
+
+	mu   sync.Mutex
+	n    int
+	room chan struct{} // closed when n drops below max; nil while there is room
+}
+
+func newHoldGate(max int) *holdGate {
+	if max <= 0 {
+		max = DefaultMaxHeld
+	}
+	return &holdGate{max: max}
+}
+
+// add changes the count by delta.
+func (g *holdGate) add(delta int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.n += delta
+	if g.n < 0 {
+		g.n = 0
+	}
+	if g.n < g.max && g.room != nil {
+		close(g.room)
+		g.room = nil
+	}
+}
+
+// full returns a channel to wait on when the bound is reached, or nil when there is room.
+func (g *holdGate) full() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.n < g.max {
+		return nil
+	}
+	if g.room == nil {
+		g.room = make(chan struct{})
+	}
+	return g.room
+}
