@@ -71,6 +71,15 @@ func (e *SettleError) FailedIndexes() []int {
 
 var _ PartialError = (*SettleError)(nil)
 
+// Unwrap gives errors.Is and errors.As every fault.
+func (e *SettleError) Unwrap() []error {
+	out := make([]error, len(e.Faults))
+	for i, f := range e.Faults {
+		out[i] = f
+	}
+	return out
+}
+
 // Add records one more fault; a nil *SettleError is fine to call Add on through a pointer.
 func (e *SettleError) Add(f Fault) { e.Faults = append(e.Faults, f) }
 

@@ -75,3 +75,20 @@ func Fault(index int, command, key string, err error, secrets ...string) engine.
 	return engine.Fault{Index: index, Command: command, Key: key, Reason: reason, Permanent: perm,
 		Err: RedactError(err, secrets...)}
 }
+
+// ServerError is an error reply Redis gave inside a script (a redis.pcall error table): it
+// classifies like the same reply to a command.
+type ServerError string
+
+func (e ServerError) Error() string { return string(e) }
+
+// RedisError marks ServerError as a redis.Error.
+func (ServerError) RedisError() {}
+
+var _ redis.Error = ServerError("")
+
+// IsNoScript reports whether err is Redis's answer to an EVALSHA of a script it does not hold
+// (after a restart or a SCRIPT FLUSH): send the script with EVAL instead.
+func IsNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}

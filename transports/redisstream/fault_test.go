@@ -107,9 +107,14 @@ func TestSettleWhileDownThenResend(t *testing.T) {
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 	defer cancel()
 	err := r.src.Settle(ctx, batch)
-	var se *SettleError
-	if !errors.As(err, &se) || !slices.Equal(se.Failed, []int{0, 1, 2}) {
+	var se *engine.SettleError
+	if !errors.As(err, &se) || !slices.Equal(slices.Sorted(slices.Values(se.FailedIndexes())), []int{0, 1, 2}) {
 		t.Fatalf("Settle = %v, want a SettleError failing 0, 1, 2", err)
+	}
+	for _, f := range se.Faults {
+		if f.Permanent || f.Reason != "connection" {
+			t.Errorf("fault %+v: want a transient connection fault", f)
+		}
 	}
 	if r.src.track.len() != 3 {
 		t.Fatalf("tracked %d, want 3", r.src.track.len())

@@ -43,3 +43,41 @@ for i = 3, #ARGV do
 end
 return {kept, other}
 `)
+
+// settleScript writes copies and acknowledges their originals (see Source.scriptArgs for the
+// layout). Per copy: if the entry is no longer pending, an earlier call settled it ("settled",
+// nothing written again); else the copy is written and, only if that worked, the original is
+// acknowledged ("ok"). A command that fails gives "command<TAB>Redis's error" and leaves that
+// entry pending, while the other copies go on.
+var settleScript = redis.NewScript(`
+local stream, group = KEYS[1], ARGV[1]
+local res = {}
+local i = 2
+local function failed(r) return type(r) == 'table' and r.err end
+while i <= #ARGV do
+  local kind, id, key, n = ARGV[i], ARGV[i+1], KEYS[tonumber(ARGV[i+2])], tonumber(ARGV[i+3])
+  local out
+  local p = redis.pcall('XPENDING', stream, group, id, id, 1)
+  if failed(p) then
+    out = 'xpending\t' .. p.err
+  elseif #p == 0 then
+    out = 'settled'
+  else
+    local w
+    if kind == 'z' then
+      w = redis.pcall('ZADD', key, ARGV[i+4], ARGV[i+5])
+    else
+      w = redis.pcall('XADD', key, '*', unpack(ARGV, i+4, i+3+n))
+    end
+    if failed(w) then
+      out = (kind == 'z' and 'zadd' or 'xadd') .. '\t' .. w.err
+    else
+      local a = redis.pcall('XACK', stream, group, id)
+      if failed(a) then out = 'xack\t' .. a.err else out = 'ok' end
+    end
+  end
+  res[#res+1] = out
+  i = i + 4 + n
+end
+return res
+`)

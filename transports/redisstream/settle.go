@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,20 +13,6 @@ import (
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/transports/redisconn"
 )
-
-// SettleError is returned by Settle when some settlements were not carried out. Failed holds
-// their indexes in the batch; the others are done and must not be sent again (a copy would be
-// written twice). Failed deliveries stay tracked, so a re-sent settlement finds them.
-type SettleError struct {
-	Failed []int
-	Err    error
-}
-
-func (e *SettleError) Error() string {
-	return fmt.Sprintf("redisstream: %d settlements failed: %v", len(e.Failed), e.Err)
-}
-
-func (e *SettleError) Unwrap() error { return e.Err }
 
 // copyOp is one copy to write before its original is acknowledged.
 type copyOp struct {
@@ -38,7 +25,15 @@ type copyOp struct {
 	score  float64
 }
 
-// Settle carries out a batch (SPEC §4), sent on the pool, never on the reading connection:
+func (op copyOp) command() string {
+	if op.zset {
+		return "zadd"
+	}
+	return "xadd"
+}
+
+// Settle carries out a batch (SPEC §4), sent on the pool, never on the reading connection, in
+// one round trip when every key shares the stream's slot (always outside a cluster):
 //
 //   - ActAck: one XACK for every acknowledged id of the batch.
 //   - ActRequeue, ActDeadLetter: XADD the copy to the stream or the dead-letter stream, then
@@ -47,32 +42,31 @@ type copyOp struct {
 //   - ActLeave: nothing is sent; the entry stays pending, kept from looking idle until
 //     HoldUntil (claiming, reclaim).
 //
-// Copies whose key shares the stream's slot (all of them outside a cluster) go with the batch's
-// one XACK in a single MULTI/EXEC, so a crash leaves neither a loss nor a duplicate. A copy to a
-// key in another cluster slot is written first, and its original acknowledged only once the
-// write succeeded. A destination key found holding another type fails its settlement without
-// acknowledging, since inside MULTI/EXEC the XACK would run even though the XADD failed.
+// Copies on the stream's slot go in one script (settleScript): per delivery it writes the copy
+// and only when that succeeded acknowledges the original, atomically, so a copy that cannot be
+// written (WRONGTYPE, NOPERM) never lets its original go, and a resend finds an already settled
+// entry no longer pending and writes nothing. A copy to a key in another cluster slot is written
+// first on its own, remembered, and its original acknowledged only after that. Each failure is
+// reported per delivery with its command, key and Redis's own error (engine.SettleError).
 func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 	if len(batch) == 0 {
 		return nil
 	}
 	var (
-		acks   []string // ids to XACK in the final command
-		ackIdx []int    // their batch indexes (for failure reporting)
-		local  []copyOp // copies in one slot with the stream
+		se     engine.SettleError
+		acks   []string // ids to XACK on their own
+		ackIdx []int    // their batch indexes
+		local  []copyOp // copies in one slot with the stream: the script
 		remote []copyOp // copies to other slots (cluster)
-		failed []int
-		errs   []error
 	)
-	fail := func(i int, err error) {
-		failed = append(failed, i)
-		errs = append(errs, err)
+	fail := func(i int, command, key string, err error) {
+		se.Add(redisconn.Fault(i, command, key, err, s.secrets...))
 	}
 	now := time.Now()
 	for i := range batch {
 		st := &batch[i]
 		if st.Delivery == nil {
-			fail(i, errors.New("settlement without a delivery"))
+			fail(i, "settle", s.o.Stream, fmt.Errorf("settlement without a delivery: %w", engine.ErrPermanent))
 			continue
 		}
 		id := tokenID(st.Delivery)
@@ -87,23 +81,23 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 			op = copyOp{key: s.o.Stream}
 		case engine.ActDeadLetter:
 			if st.DeadLetterKey == "" {
-				fail(i, fmt.Errorf("dead letter for %s: no dead-letter key", id))
+				fail(i, "xadd", "", fmt.Errorf("dead letter for %s: no dead-letter key: %w", id, engine.ErrPermanent))
 				continue
 			}
 			op = copyOp{key: st.DeadLetterKey}
 		case engine.ActDelay:
 			if !s.durable {
-				fail(i, fmt.Errorf("delay %s: durable delays are off (delayed_retry = %q): %w",
+				fail(i, "zadd", s.o.DelayKey, fmt.Errorf("delay %s: durable delays are off (delayed_retry = %q): %w",
 					id, s.o.DelayedRetry, engine.ErrUnsupported))
 				continue
 			}
 			op = copyOp{key: s.o.DelayKey, zset: true}
 		default:
-			fail(i, fmt.Errorf("settle %s: unknown action %d", id, st.Action))
+			fail(i, "settle", s.o.Stream, fmt.Errorf("settle %s: action %d: %w", id, st.Action, engine.ErrUnsupported))
 			continue
 		}
 		if st.Copy == nil {
-			fail(i, fmt.Errorf("%s %s: no copy to write", st.Action, id))
+			fail(i, op.command(), op.key, fmt.Errorf("%s %s: no copy to write: %w", st.Action, id, engine.ErrPermanent))
 			continue
 		}
 		op.idx, op.id = i, id
@@ -113,75 +107,65 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 		} else {
 			op.fields = Fields(st.Copy)
 		}
-		if s.sameSlot(op.key) {
+		switch {
+		case s.sameSlot(op.key):
 			local = append(local, op)
-		} else {
+		case s.copies.has(id):
+			// Written by an earlier call that failed later: only the acknowledgement is left.
+			acks, ackIdx = append(acks, id), append(ackIdx, i)
+		default:
 			remote = append(remote, op)
 		}
 	}
 
-	local, remote, failed, errs = s.checkKeyTypes(ctx, local, remote, failed, errs)
-
 	// Copies on other slots first; an original is acknowledged only after its copy is written.
 	if len(remote) > 0 {
-		cmds, _ := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, op := range remote {
-				addCopy(ctx, p, op)
-			}
-			return nil
-		})
+		pipe := s.c.Pipeline()
+		for _, op := range remote {
+			addCopy(ctx, pipe, op)
+		}
+		cmds, err := execCmds(ctx, pipe)
 		for j, op := range remote {
-			if err := cmdErr(cmds, j); err != nil {
-				fail(op.idx, fmt.Errorf("write copy of %s to %s: %w", op.id, op.key, err))
+			if cerr := cmdErr(cmds, j, err); cerr != nil {
+				fail(op.idx, op.command(), op.key, cerr)
 				continue
 			}
+			s.copies.add(op.id)
 			acks, ackIdx = append(acks, op.id), append(ackIdx, op.idx)
 		}
 	}
 
-	for _, op := range local {
-		acks, ackIdx = append(acks, op.id), append(ackIdx, op.idx)
-	}
 	var done []int
-	switch {
-	case len(local) > 0:
-		cmds, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			for _, op := range local {
-				addCopy(ctx, p, op)
-			}
-			p.XAck(ctx, s.o.Stream, s.o.Group, acks...)
-			return nil
-		})
-		ackErr := cmdErr(cmds, len(local))
-		if ackErr == nil && err != nil && len(cmds) == 0 {
-			ackErr = err
+	if len(acks) > 0 || len(local) > 0 {
+		pipe := s.c.Pipeline()
+		var ack *redis.IntCmd
+		if len(acks) > 0 {
+			ack = pipe.XAck(ctx, s.o.Stream, s.o.Group, acks...)
 		}
-		if ackErr != nil {
-			for _, i := range ackIdx {
-				fail(i, fmt.Errorf("xack %s: %w", s.o.Stream, ackErr))
-			}
-			break
+		var script *redis.Cmd
+		keys, args := s.scriptArgs(local)
+		if len(local) > 0 {
+			script = settleScript.EvalSha(ctx, pipe, keys, args...)
 		}
-		done = ackIdx
-		for j, op := range local {
-			if err := cmdErr(cmds, j); err != nil {
-				// Only a type change since checkKeyTypes gets here; the XACK already ran.
-				s.log.Error().Err(err).Str("id", op.id).Str("to", op.key).
-					Msg("copy failed after its original was acknowledged")
-				fail(op.idx, fmt.Errorf("write copy of %s to %s: %w", op.id, op.key, err))
+		err := redisconn.ExecPipe(ctx, pipe)
+		if script != nil && redisconn.IsNoScript(script.Err()) {
+			script = settleScript.Eval(ctx, s.c, keys, args...) // Redis restarted: load it again
+		}
+		if ack != nil {
+			if aerr := firstErr(ack.Err(), err); aerr != nil {
+				for _, i := range ackIdx {
+					fail(i, "xack", s.o.Stream, aerr)
+				}
+			} else {
+				done = append(done, ackIdx...)
 			}
 		}
-	case len(acks) > 0:
-		if err := s.c.XAck(ctx, s.o.Stream, s.o.Group, acks...).Err(); err != nil {
-			for _, i := range ackIdx {
-				fail(i, fmt.Errorf("xack %s: %w", s.o.Stream, err))
-			}
-			break
+		if script != nil {
+			done = s.scriptResults(local, script, err, done, fail)
 		}
-		done = ackIdx
 	}
 
-	// Untrack what is settled; a failed settlement stays tracked for its retry.
+	// Untrack what is settled; a failed settlement stays tracked for its resend.
 	ids := make([]string, 0, len(done))
 	for _, i := range done {
 		ids = append(ids, tokenID(batch[i].Delivery))
@@ -190,6 +174,7 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 		}
 	}
 	s.track.remove(ids)
+	s.copies.remove(ids)
 	for i := range batch {
 		if st := &batch[i]; st.Action == engine.ActLeave && st.Delivery != nil {
 			if s.o.Kind == KindStream {
@@ -200,10 +185,79 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 			s.track.hold(tokenID(st.Delivery), st.HoldUntil, now)
 		}
 	}
-	if len(failed) > 0 {
-		return &SettleError{Failed: dedupe(failed), Err: errors.Join(errs...)}
+	return se.Err()
+}
+
+// scriptArgs lays out the local copies for settleScript: KEYS = the stream, then each distinct
+// destination; ARGV = group, then per copy: kind ("x" XADD, "z" ZADD), id, the destination's
+// KEYS index, the number of values, the values.
+func (s *Source) scriptArgs(ops []copyOp) ([]string, []any) {
+	if len(ops) == 0 {
+		return nil, nil
 	}
-	return nil
+	keys := []string{s.o.Stream}
+	keyIdx := map[string]int{s.o.Stream: 1}
+	args := make([]any, 0, 1+len(ops)*8)
+	args = append(args, s.o.Group)
+	for _, op := range ops {
+		k, ok := keyIdx[op.key]
+		if !ok {
+			keys = append(keys, op.key)
+			k = len(keys)
+			keyIdx[op.key] = k
+		}
+		if op.zset {
+			args = append(args, "z", op.id, k, 2, strconv.FormatFloat(op.score, 'f', -1, 64), op.member)
+			continue
+		}
+		args = append(args, "x", op.id, k, len(op.fields))
+		for _, f := range op.fields {
+			args = append(args, f)
+		}
+	}
+	return keys, args
+}
+
+// scriptResults reads settleScript's reply: per copy "ok", "settled" (not pending any more: an
+// earlier call did it) or "COMMAND\tERROR" for the command that failed.
+func (s *Source) scriptResults(ops []copyOp, script *redis.Cmd, pipeErr error, done []int, fail func(int, string, string, error)) []int {
+	res, err := script.Slice()
+	if err = firstErr(err, pipeErr); err == nil && len(res) != len(ops) {
+		err = fmt.Errorf("settle script: %d results for %d copies", len(res), len(ops))
+	}
+	if err != nil {
+		for _, op := range ops {
+			fail(op.idx, "evalsha", s.o.Stream, err)
+		}
+		return done
+	}
+	for j, op := range ops {
+		r, _ := res[j].(string)
+		switch r {
+		case "ok", "settled":
+			done = append(done, op.idx)
+			continue
+		}
+		cmd, msg, ok := cutTab(r)
+		if !ok {
+			cmd, msg = op.command(), r
+		}
+		key := op.key
+		if cmd == "xack" || cmd == "xpending" {
+			key = s.o.Stream
+		}
+		fail(op.idx, cmd, key, redisconn.ServerError(msg))
+	}
+	return done
+}
+
+func cutTab(s string) (string, string, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\t' {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return "", s, false
 }
 
 func addCopy(ctx context.Context, p redis.Pipeliner, op copyOp) {
@@ -214,118 +268,96 @@ func addCopy(ctx context.Context, p redis.Pipeliner, op copyOp) {
 	p.XAdd(ctx, &redis.XAddArgs{Stream: op.key, ID: "*", Values: op.fields})
 }
 
-func cmdErr(cmds []redis.Cmder, i int) error {
+// cmdErr is command i's error, or the pipeline's when the command has none to tell (go-redis
+// leaves commands blank when the connection failed before their replies).
+func cmdErr(cmds []redis.Cmder, i int, pipeErr error) error {
 	if i >= len(cmds) {
+		if pipeErr != nil {
+			return pipeErr
+		}
 		return errors.New("no reply")
 	}
-	return cmds[i].Err()
+	return firstErr(cmds[i].Err(), pipeErr)
+}
+
+// execCmds runs a pipeline; err is the pipeline's failure only when no command carries its own.
+func execCmds(ctx context.Context, pipe redis.Pipeliner) ([]redis.Cmder, error) {
+	cmds := pipe.Cmds()
+	return cmds, redisconn.ExecPipe(ctx, pipe)
+}
+
+// firstErr returns the command's own error, or else the pipeline's.
+func firstErr(cmdErr, pipeErr error) error {
+	if cmdErr != nil {
+		return cmdErr
+	}
+	return pipeErr
 }
 
 func (s *Source) sameSlot(key string) bool {
 	return key == s.o.Stream || key == s.o.DelayKey || redisconn.SameSlot(s.c, s.o.Stream, key)
 }
 
-// checkKeyTypes makes sure every copy destination holds the right type (or nothing) before a
-// MULTI/EXEC would acknowledge an original whose copy cannot be written. A key seen with the
-// right type is remembered, so this costs one pipelined TYPE per new key.
-func (s *Source) checkKeyTypes(ctx context.Context, local, remote []copyOp, failed []int, errs []error) ([]copyOp, []copyOp, []int, []error) {
-	want := map[string]string{}
-	for _, ops := range [][]copyOp{local, remote} {
-		for _, op := range ops {
-			t := "stream"
-			if op.zset {
-				t = "zset"
-			}
-			if op.key == s.o.Stream {
-				continue // the stream being read is a stream
-			}
-			if _, ok := s.keyTypes.Load(op.key); !ok {
-				want[op.key] = t
-			}
-		}
-	}
-	if len(want) == 0 {
-		return local, remote, failed, errs
-	}
-	keys := make([]string, 0, len(want))
-	for k := range want {
-		keys = append(keys, k)
-	}
-	cmds, _ := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, k := range keys {
-			p.Type(ctx, k)
-		}
-		return nil
-	})
-	bad := map[string]error{}
-	for i, k := range keys {
-		var got string
-		err := cmdErr(cmds, i)
-		if err == nil {
-			if sc, ok := cmds[i].(*redis.StatusCmd); ok {
-				got = sc.Val()
-			}
-		}
-		switch {
-		case err != nil:
-			bad[k] = fmt.Errorf("type %s: %w", k, err)
-		case got == want[k]:
-			s.keyTypes.Store(k, got)
-		case got != "none":
-			bad[k] = fmt.Errorf("key %s holds a %s, not a %s: nothing written, original left pending", k, got, want[k])
-		}
-	}
-	if len(bad) == 0 {
-		return local, remote, failed, errs
-	}
-	filter := func(ops []copyOp) []copyOp {
-		out := ops[:0]
-		for _, op := range ops {
-			if err := bad[op.key]; err != nil {
-				failed, errs = append(failed, op.idx), append(errs, err)
-				continue
-			}
-			out = append(out, op)
-		}
-		return out
-	}
-	return filter(local), filter(remote), failed, errs
-}
-
-// dedupe sorts xs and drops repeats.
-func dedupe(xs []int) []int {
-	slices.Sort(xs)
-	return slices.Compact(xs)
-}
-
 // Requeue writes runtime copies (held retry_after copies that came due) back onto the stream,
-// pipelined.
+// pipelined. A copy that failed is named in an engine.SettleError; the others are written and
+// are not sent again.
 func (s *Source) Requeue(ctx context.Context, msgs []*engine.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	cmds, err := s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, m := range msgs {
-			p.XAdd(ctx, &redis.XAddArgs{Stream: s.o.Stream, ID: "*", Values: Fields(m)})
-		}
-		return nil
-	})
-	if err == nil {
-		return nil
+	pipe := s.c.Pipeline()
+	for _, m := range msgs {
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: s.o.Stream, ID: "*", Values: Fields(m)})
 	}
-	var errs []error
-	for i, c := range cmds {
-		if c.Err() != nil {
-			errs = append(errs, fmt.Errorf("copy %d: %w", i, c.Err()))
+	cmds, err := execCmds(ctx, pipe)
+	var se engine.SettleError
+	for i := range msgs {
+		if cerr := cmdErr(cmds, i, err); cerr != nil {
+			se.Add(redisconn.Fault(i, "xadd", s.o.Stream, cerr, s.secrets...))
 		}
 	}
-	if len(errs) == 0 {
-		errs = append(errs, err)
-	}
-	return fmt.Errorf("redisstream: requeue to %s: %w", s.o.Stream, errors.Join(errs...))
+	return se.Err()
 }
 
-// FailedIndexes implements engine.PartialError.
-func (e *SettleError) FailedIndexes() []int { return e.Failed }
+// Release forgets a delivery whose settlement the engine abandoned: it stays pending, and the
+// source's own rules take it back (a claiming read once idle, a stream's pending re-read).
+func (s *Source) Release(st engine.Settlement) {
+	if st.Delivery != nil {
+		ids := []string{tokenID(st.Delivery)}
+		s.track.remove(ids)
+		s.copies.remove(ids)
+	}
+}
 
-var _ engine.PartialError = (*SettleError)(nil)
+// copiedSet remembers ids whose copy went to another cluster slot while their acknowledgement
+// has not gone through yet, so that a resend writes the copy only once.
+type copiedSet struct {
+	mu sync.Mutex
+	m  map[string]struct{}
+}
+
+func (c *copiedSet) has(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.m[id]
+	return ok
+}
+
+func (c *copiedSet) add(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]struct{}{}
+	}
+	c.m[id] = struct{}{}
+}
+
+func (c *copiedSet) remove(ids []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range ids {
+		delete(c.m, id)
+	}
+}
+
+var _ engine.Releaser = (*Source)(nil)

@@ -39,7 +39,7 @@ type Source struct {
 	ready   atomic.Bool
 	nextDue atomic.Int64 // unix ms of the earliest delayed copy known; 0 when none
 
-	keyTypes sync.Map // copy destination key -> verified Redis type ("stream", "zset")
+	copies copiedSet // ids whose copy to another cluster slot is written, not yet acked
 
 	kaEvery  time.Duration
 	kaOnce   sync.Once

@@ -197,12 +197,13 @@ func TestSettleActionsStream(t *testing.T) {
 			if n := e.rdb.XLen(e.ctx, "s").Val(); n != tt.xlen {
 				t.Fatalf("xlen = %d, want %d", n, tt.xlen)
 			}
+			// A copy and its acknowledgement go in one script; a plain ack is one XACK.
 			names := r.rec.names()
-			if got := count(names, "multi") == 1 && count(names, "exec") == 1; got != tt.multi {
-				t.Fatalf("commands %v: multi/exec = %v, want %v", names, got, tt.multi)
+			if got := count(names, "evalsha")+count(names, "eval") >= 1; got != tt.multi {
+				t.Fatalf("commands %v: settle script = %v, want %v", names, got, tt.multi)
 			}
-			if count(names, "xack") != 1 {
-				t.Fatalf("commands %v: want exactly one xack", names)
+			if want := map[bool]int{true: 0, false: 1}[tt.multi]; count(names, "xack") != want {
+				t.Fatalf("commands %v: want %d xack", names, want)
 			}
 			if tt.check != nil {
 				tt.check(t, e, d, st)
@@ -229,8 +230,8 @@ func TestSettleOneXAckPerBatch(t *testing.T) {
 	}
 	r.settle(t, sts...)
 	names := r.rec.names()
-	if count(names, "xack") != 1 || count(names, "xadd") != 10 || count(names, "multi") != 1 {
-		t.Fatalf("commands = %v; want one MULTI with 10 XADD and one XACK", names)
+	if count(names, "xack") != 1 || count(names, "xadd") != 0 || count(names, "evalsha") != 1 {
+		t.Fatalf("commands = %v; want one XACK and one script writing the 10 copies", names)
 	}
 	for _, d := range ds {
 		if _, ok := e.pendingOf("s", "g", d.ID); ok {
@@ -263,9 +264,12 @@ func TestSettleWrongTypeDeadLetterLeavesPending(t *testing.T) {
 		{Delivery: ds[0], Action: engine.ActAck},
 		{Delivery: ds[1], Action: engine.ActDeadLetter, Copy: ds[1].Message.Clone(), DeadLetterKey: "dlq"},
 	})
-	var se *SettleError
-	if !errors.As(err, &se) || len(se.Failed) != 1 || se.Failed[0] != 1 || !strings.Contains(err.Error(), "holds a string") {
+	var se *engine.SettleError
+	if !errors.As(err, &se) || len(se.Faults) != 1 || se.Faults[0].Index != 1 || !strings.Contains(err.Error(), "WRONGTYPE") {
 		t.Fatalf("err = %v, want a SettleError failing index 1 for the wrong type", err)
+	}
+	if f := se.Faults[0]; !f.Permanent || f.Reason != "wrongtype" || f.Command != "xadd" || f.Key != "dlq" {
+		t.Fatalf("fault %+v: want a permanent wrongtype of xadd dlq", f)
 	}
 	if _, ok := e.pendingOf("s", "g", ds[0].ID); ok {
 		t.Fatal("the acked entry is still pending")
@@ -395,5 +399,40 @@ func TestPendingRereadAfterReconnectSkipsInFlight(t *testing.T) {
 	r.settle(t, ack(ds[1], got)...)
 	if n := e.pending("s", "g"); n != 1 { // "after" is still unsettled
 		t.Fatalf("pending = %d, want 1", n)
+	}
+}
+
+// A batch sent again (its reply was lost, or the engine resends after a partial failure) writes
+// no copy, dead letter or delayed copy twice: the script finds the entries no longer pending.
+func TestSettleResendWritesNothingTwice(t *testing.T) {
+	e := newEnv(t)
+	e.xaddN("s", 3)
+	o := streamOpts("s")
+	o.DelayedRetry = DelayDurableZSet
+	r := e.start(o)
+	ds := r.recv(t, 3, 5*time.Second)
+	batch := []engine.Settlement{
+		{Delivery: ds[0], Action: engine.ActRequeue, Copy: ds[0].RetryCopy()},
+		{Delivery: ds[1], Action: engine.ActDeadLetter, Copy: ds[1].Message.Clone(), DeadLetterKey: "dlq"},
+		{Delivery: ds[2], Action: engine.ActDelay, Copy: ds[2].RetryCopy(), Due: time.Now().Add(time.Hour)},
+	}
+	for range 3 {
+		if err := r.src.Settle(e.ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.rdb.XLen(e.ctx, "s").Val(); n != 4 {
+		t.Fatalf("xlen s = %d, want 3 + one copy", n)
+	}
+	if n := e.rdb.XLen(e.ctx, "dlq").Val(); n != 1 {
+		t.Fatalf("xlen dlq = %d, want 1", n)
+	}
+	if n := e.rdb.ZCard(e.ctx, "s:delayed").Val(); n != 1 {
+		t.Fatalf("zcard = %d, want 1", n)
+	}
+	for _, d := range ds {
+		if _, ok := e.pendingOf("s", "g", d.ID); ok {
+			t.Fatalf("%s still pending", d.ID)
+		}
 	}
 }
