@@ -12,109 +12,149 @@ import (
 	"github.com/flowrun/flowrun/transports/redisconn"
 )
 
-// op is one settlement's commands inside the settling pipeline.
-type op struct {
-	tok  *token
-	push *redis.IntCmd // the copy's LPUSH, when it goes in this pipeline
-	rem  *redis.IntCmd // reliable: LREM processing 1 element
-}
-
-// Settle executes a batch of settlements.
+// Settle executes a batch of settlements and reports a failure per delivery
+// (engine.SettleError) with its command, key and Redis's own error; the others are done.
 //
-// Reliable list, per delivery: ActAck → LREM processing 1 element; ActRequeue → LPUSH key copy,
-// then the LREM; ActDeadLetter → LPUSH dead-letter list copy, then the LREM. All of a batch
-// whose keys share the processing list's slot goes in one MULTI/EXEC (on a standalone server
-// that is everything); a dead letter on another slot is written first, in its own pipeline.
+// Reliable list, per delivery: ActAck → LREM processing -1 element (from the tail, where the
+// oldest elements are, so the scan is short); ActRequeue → LPUSH key copy, and the LREM;
+// ActDeadLetter → LPUSH dead-letter list copy, and the LREM. Acknowledgements are pipelined
+// LREMs; copies go, in the same round trip, in one script on the processing list's slot that
+// removes the element and writes its copy atomically: when the element is no longer there (an
+// earlier call settled it) nothing is written again, and when the copy cannot be written
+// (WRONGTYPE, NOPERM) the element is put back. A dead letter on another cluster slot is written
+// first, on its own, and remembered, so a resend does not write it again.
 //
-// Simple list: ActAck does nothing; ActRequeue and ActDeadLetter LPUSH the copy (pipelined).
+// Simple list: ActAck does nothing; ActRequeue and ActDeadLetter LPUSH the copy (pipelined),
+// each at most once.
 //
-// ActLeave and ActDelay are engine.ErrUnsupported, and the batch is refused before any command.
+// ActLeave and ActDelay are engine.ErrUnsupported (permanent faults).
 func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
+	var se engine.SettleError
 	toks := make([]*token, len(batch))
 	for i, st := range batch {
-		switch st.Action {
-		case engine.ActAck, engine.ActRequeue, engine.ActDeadLetter:
-		default:
-			return fmt.Errorf("redislist: settle %s: %w", st.Action, engine.ErrUnsupported)
-		}
-		if st.Action != engine.ActAck && st.Copy == nil {
-			return fmt.Errorf("redislist: settle %s without a copy", st.Action)
-		}
 		t, err := tokenOf(st.Delivery)
+		switch {
+		case err != nil:
+		case st.Action != engine.ActAck && st.Action != engine.ActRequeue && st.Action != engine.ActDeadLetter:
+			err = fmt.Errorf("redislist: settle %s: %w", st.Action, engine.ErrUnsupported)
+		case st.Action != engine.ActAck && st.Copy == nil:
+			err = fmt.Errorf("redislist: settle %s without a copy: %w", st.Action, engine.ErrPermanent)
+		}
 		if err != nil {
-			return err
+			se.Add(engine.Fault{Index: i, Command: "settle", Key: s.opts.Key, Reason: "unsupported", Permanent: true, Err: err})
+			continue
 		}
 		toks[i] = t
 	}
 	if !s.opts.Reliable {
-		return s.settleSimple(ctx, batch, toks)
+		s.settleSimple(ctx, batch, toks, &se)
+		return se.Err()
 	}
 
-	// Dead letters on another slot cannot share the MULTI: write them first.
-	if err := s.writeStrayCopies(ctx, batch, toks); err != nil {
-		return err
-	}
+	// Dead letters on another slot cannot share the script: write them first.
+	s.writeStrayCopies(ctx, batch, toks, &se)
 
-	pipe := s.client.TxPipeline()
-	ops := make([]op, 0, len(batch))
-	for i, st := range batch {
-		t := toks[i]
-		if t.done {
-			continue // settled by an earlier call the engine is retrying
-		}
-		o := op{tok: t}
-		switch st.Action {
-		case engine.ActRequeue:
-			o.push = pipe.LPush(ctx, s.opts.Key, codec.EncodeEnvelope(st.Copy))
-		case engine.ActDeadLetter:
-			if !t.copied {
-				o.push = pipe.LPush(ctx, deadLetterKey(st), codec.EncodeEnvelope(st.Copy))
-			}
-		}
-		o.rem = pipe.LRem(ctx, s.opts.Processing, 1, t.elem)
-		ops = append(ops, o)
+	type rem struct {
+		i   int
+		cmd *redis.IntCmd
 	}
-	if len(ops) == 0 {
-		return nil
-	}
-	if err := redisconn.ExecPipe(ctx, pipe); err != nil {
-		return redisconn.RedactError(fmt.Errorf("redislist: settle: %w", err), s.secrets...)
-	}
-
-	var errs []error
-	for _, o := range ops {
-		if o.push != nil && o.push.Err() != nil {
-			// A runtime error inside MULTI (WRONGTYPE: the dead-letter key is not a list) does not
-			// stop the LREM queued after it. Put the element back so it is not lost.
-			if o.rem.Err() == nil && o.rem.Val() > 0 {
-				s.restore(ctx, o.tok.elem)
-			}
-			errs = append(errs, o.push.Err())
-			continue
-		}
-		if err := o.rem.Err(); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		o.tok.done = true
-		s.uncount(o.tok)
-	}
-	if len(errs) > 0 {
-		return redisconn.RedactError(fmt.Errorf("redislist: settle %d of %d: %w", len(errs), len(ops), errors.Join(errs...)), s.secrets...)
-	}
-	return nil
-}
-
-// writeStrayCopies LPUSHes the dead letters whose list is not on the processing list's slot.
-func (s *Source) writeStrayCopies(ctx context.Context, batch []engine.Settlement, toks []*token) error {
 	var (
-		pipe redis.Pipeliner
-		cmds []*redis.IntCmd
-		who  []*token
+		pipe   = s.client.Pipeline()
+		rems   []rem
+		copies []int // batch indexes written by the script
+		keys   = []string{s.opts.Processing}
+		keyIdx = map[string]int{s.opts.Processing: 1}
+		args   []any
 	)
 	for i, st := range batch {
 		t := toks[i]
-		if st.Action != engine.ActDeadLetter || t.done || t.copied ||
+		if t == nil || t.done {
+			continue // refused above, or settled by an earlier call the engine is resending
+		}
+		key := s.opts.Key
+		if st.Action == engine.ActDeadLetter {
+			key = deadLetterKey(st)
+		}
+		if st.Action == engine.ActAck || (st.Action == engine.ActDeadLetter && t.copied) {
+			rems = append(rems, rem{i, pipe.LRem(ctx, s.opts.Processing, -1, t.elem)})
+			continue
+		}
+		k, ok := keyIdx[key]
+		if !ok {
+			keys = append(keys, key)
+			k = len(keys)
+			keyIdx[key] = k
+		}
+		args = append(args, t.elem, k, codec.EncodeEnvelope(st.Copy))
+		copies = append(copies, i)
+	}
+	if len(rems) == 0 && len(copies) == 0 {
+		return se.Err()
+	}
+	var script *redis.Cmd
+	if len(copies) > 0 {
+		script = settleScript.EvalSha(ctx, pipe, keys, args...)
+	}
+	err := redisconn.ExecPipe(ctx, pipe)
+	if script != nil && redisconn.IsNoScript(script.Err()) {
+		script = settleScript.Eval(ctx, s.client, keys, args...) // Redis restarted: load it again
+	}
+	for _, r := range rems {
+		if cerr := firstErr(r.cmd.Err(), err); cerr != nil {
+			se.Add(redisconn.Fault(r.i, "lrem", s.opts.Processing, cerr, s.secrets...))
+			continue
+		}
+		s.settled(toks[r.i])
+	}
+	if script == nil {
+		return se.Err()
+	}
+	res, serr := script.Slice()
+	if serr = firstErr(serr, err); serr == nil && len(res) != len(copies) {
+		serr = fmt.Errorf("settle script: %d results for %d copies", len(res), len(copies))
+	}
+	for j, i := range copies {
+		if serr != nil {
+			se.Add(redisconn.Fault(i, "evalsha", s.opts.Processing, serr, s.secrets...))
+			continue
+		}
+		r, _ := res[j].(string)
+		switch r {
+		case "ok", "settled":
+			s.settled(toks[i])
+			continue
+		}
+		cmd, msg := "lpush", r
+		key := s.opts.Key
+		if batch[i].Action == engine.ActDeadLetter {
+			key = deadLetterKey(batch[i])
+		}
+		if c, m, ok := cutTab(r); ok {
+			cmd, msg = c, m
+			if cmd != "lpush" {
+				key = s.opts.Processing
+			}
+		}
+		se.Add(redisconn.Fault(i, cmd, key, redisconn.ServerError(msg), s.secrets...))
+	}
+	return se.Err()
+}
+
+func (s *Source) settled(t *token) {
+	t.done = true
+	s.uncount(t)
+}
+
+// writeStrayCopies LPUSHes the dead letters whose list is not on the processing list's slot.
+func (s *Source) writeStrayCopies(ctx context.Context, batch []engine.Settlement, toks []*token, se *engine.SettleError) {
+	var (
+		pipe redis.Pipeliner
+		cmds []*redis.IntCmd
+		idx  []int
+	)
+	for i, st := range batch {
+		t := toks[i]
+		if t == nil || st.Action != engine.ActDeadLetter || t.done || t.copied ||
 			redisconn.SameSlot(s.client, deadLetterKey(st), s.opts.Processing) {
 			continue
 		}
@@ -122,37 +162,32 @@ func (s *Source) writeStrayCopies(ctx context.Context, batch []engine.Settlement
 			pipe = s.client.Pipeline()
 		}
 		cmds = append(cmds, pipe.LPush(ctx, deadLetterKey(st), codec.EncodeEnvelope(st.Copy)))
-		who = append(who, t)
+		idx = append(idx, i)
 	}
 	if pipe == nil {
-		return nil
+		return
 	}
-	if err := redisconn.ExecPipe(ctx, pipe); err != nil {
-		return redisconn.RedactError(fmt.Errorf("redislist: write dead letters: %w", err), s.secrets...)
-	}
-	if errs := redisconn.CmdErrors(cmds, func(i int) { who[i].copied = true }); len(errs) > 0 {
-		return redisconn.RedactError(fmt.Errorf("redislist: write dead letters: %w", errors.Join(errs...)), s.secrets...)
-	}
-	return nil
-}
-
-// restore puts an element back into the processing list after its LREM ran but its copy failed.
-func (s *Source) restore(ctx context.Context, elem string) {
-	if err := s.client.LPush(ctx, s.opts.Processing, elem).Err(); err != nil {
-		s.log.Error().Str("error", redisconn.Redact(err.Error(), s.secrets...)).
-			Msg("element lost: its copy could not be written and it could not be put back")
+	err := redisconn.ExecPipe(ctx, pipe)
+	for j, c := range cmds {
+		i := idx[j]
+		if cerr := firstErr(c.Err(), err); cerr != nil {
+			se.Add(redisconn.Fault(i, "lpush", deadLetterKey(batch[i]), cerr, s.secrets...))
+			toks[i] = nil // its LREM waits for the resend
+			continue
+		}
+		toks[i].copied = true
 	}
 }
 
-func (s *Source) settleSimple(ctx context.Context, batch []engine.Settlement, toks []*token) error {
+func (s *Source) settleSimple(ctx context.Context, batch []engine.Settlement, toks []*token, se *engine.SettleError) {
 	var (
 		pipe redis.Pipeliner
 		cmds []*redis.IntCmd
-		who  []*token
+		idx  []int
 	)
 	for i, st := range batch {
 		t := toks[i]
-		if t.done {
+		if t == nil || t.done {
 			continue
 		}
 		var key string
@@ -169,22 +204,25 @@ func (s *Source) settleSimple(ctx context.Context, batch []engine.Settlement, to
 			pipe = s.client.Pipeline()
 		}
 		cmds = append(cmds, pipe.LPush(ctx, key, codec.EncodeEnvelope(st.Copy)))
-		who = append(who, t)
+		idx = append(idx, i)
 	}
 	if pipe == nil {
-		return nil
+		return
 	}
-	if err := redisconn.ExecPipe(ctx, pipe); err != nil {
-		return redisconn.RedactError(fmt.Errorf("redislist: settle: %w", err), s.secrets...)
+	err := redisconn.ExecPipe(ctx, pipe)
+	for j, c := range cmds {
+		i := idx[j]
+		if cerr := firstErr(c.Err(), err); cerr != nil {
+			se.Add(redisconn.Fault(i, "lpush", c.Args()[1].(string), cerr, s.secrets...))
+			continue
+		}
+		toks[i].done = true
 	}
-	if errs := redisconn.CmdErrors(cmds, func(i int) { who[i].done = true }); len(errs) > 0 {
-		return redisconn.RedactError(fmt.Errorf("redislist: settle %d of %d: %w", len(errs), len(cmds), errors.Join(errs...)), s.secrets...)
-	}
-	return nil
 }
 
 // Requeue LPUSHes runtime copies (held retry_after copies that came due) onto the list, in one
-// command: the first of msgs is read first.
+// command: the first of msgs is read first. One command is all or nothing, so a failure names
+// every copy.
 func (s *Source) Requeue(ctx context.Context, msgs []*engine.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -193,10 +231,42 @@ func (s *Source) Requeue(ctx context.Context, msgs []*engine.Message) error {
 	for i, m := range msgs {
 		vals[i] = codec.EncodeEnvelope(m)
 	}
-	if err := s.client.LPush(ctx, s.opts.Key, vals...).Err(); err != nil {
-		return redisconn.RedactError(fmt.Errorf("redislist: lpush %s: %w", s.opts.Key, err), s.secrets...)
+	err := s.client.LPush(ctx, s.opts.Key, vals...).Err()
+	if err == nil {
+		return nil
 	}
-	return nil
+	var se engine.SettleError
+	for i := range msgs {
+		se.Add(redisconn.Fault(i, "lpush", s.opts.Key, err, s.secrets...))
+	}
+	return se.Err()
+}
+
+// Release forgets a delivery whose settlement the engine abandoned: its element stays in the
+// processing list, and the next sweep (or start) returns it to the list.
+func (s *Source) Release(st engine.Settlement) {
+	if t, err := tokenOf(st.Delivery); err == nil {
+		s.uncount(t)
+	}
+}
+
+var _ engine.Releaser = (*Source)(nil)
+
+// firstErr returns the command's own error, or else the pipeline's.
+func firstErr(cmdErr, pipeErr error) error {
+	if cmdErr != nil {
+		return cmdErr
+	}
+	return pipeErr
+}
+
+func cutTab(s string) (string, string, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\t' {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return "", s, false
 }
 
 func deadLetterKey(st engine.Settlement) string {

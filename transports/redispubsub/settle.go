@@ -2,7 +2,6 @@ package redispubsub
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -19,36 +18,35 @@ const payloadField = "payload"
 
 // Settle executes a batch of settlements, pipelined: ActAck does nothing; ActRequeue PUBLISHes
 // the copy to its channel (RetryTo under patterns); ActDeadLetter XADDs the copy to the
-// dead-letter stream. ActLeave and ActDelay are engine.ErrUnsupported, and the batch is refused
-// before any command.
+// dead-letter stream. Each delivery's copy is written at most once, however often the engine
+// resends it; a failure is reported per delivery (engine.SettleError) with its command and key.
+// ActLeave and ActDelay are engine.ErrUnsupported (permanent faults).
 func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
-	toks := make([]*token, len(batch))
+	var (
+		se   engine.SettleError
+		pipe redis.Pipeliner
+		cmds []redis.Cmder
+		idx  []int
+		toks []*token
+	)
 	for i, st := range batch {
-		switch st.Action {
-		case engine.ActAck, engine.ActRequeue, engine.ActDeadLetter:
-		default:
-			return fmt.Errorf("redispubsub: settle %s: %w", st.Action, engine.ErrUnsupported)
+		var err error
+		switch {
+		case st.Delivery == nil:
+			err = fmt.Errorf("redispubsub: settlement without a delivery: %w", engine.ErrPermanent)
+		case st.Action != engine.ActAck && st.Action != engine.ActRequeue && st.Action != engine.ActDeadLetter:
+			err = fmt.Errorf("redispubsub: settle %s: %w", st.Action, engine.ErrUnsupported)
+		case st.Action != engine.ActAck && st.Copy == nil:
+			err = fmt.Errorf("redispubsub: settle %s without a copy: %w", st.Action, engine.ErrPermanent)
 		}
-		if st.Action != engine.ActAck && st.Copy == nil {
-			return fmt.Errorf("redispubsub: settle %s without a copy", st.Action)
-		}
-		if st.Delivery == nil {
-			return errors.New("redispubsub: settlement without a delivery")
+		if err != nil {
+			se.Add(engine.Fault{Index: i, Command: "settle", Reason: "unsupported", Permanent: true, Err: err})
+			continue
 		}
 		t, _ := st.Delivery.Token.(*token)
 		if t == nil {
 			t = &token{channel: st.Delivery.Key} // a delivery built elsewhere
 		}
-		toks[i] = t
-	}
-
-	var (
-		pipe redis.Pipeliner
-		cmds []redis.Cmder
-		who  []*token
-	)
-	for i, st := range batch {
-		t := toks[i]
 		if t.done {
 			continue
 		}
@@ -80,48 +78,59 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 			}
 			cmd = pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: StreamValues(st.Copy)})
 		}
-		cmds = append(cmds, cmd)
-		who = append(who, t)
+		cmds, idx, toks = append(cmds, cmd), append(idx, i), append(toks, t)
 	}
-	if pipe == nil {
-		return nil
+	if pipe != nil {
+		err := redisconn.ExecPipe(ctx, pipe)
+		for j, c := range cmds {
+			cerr := c.Err()
+			if cerr == nil {
+				cerr = err
+			}
+			if cerr != nil {
+				se.Add(redisconn.Fault(idx[j], c.Name(), fmt.Sprint(c.Args()[1]), cerr, s.secrets...))
+				continue
+			}
+			toks[j].done = true
+		}
 	}
-	if err := redisconn.ExecPipe(ctx, pipe); err != nil {
-		return redisconn.RedactError(fmt.Errorf("redispubsub: settle: %w", err), s.secrets...)
-	}
-	if errs := redisconn.CmdErrors(cmds, func(i int) { who[i].done = true }); len(errs) > 0 {
-		return redisconn.RedactError(fmt.Errorf("redispubsub: settle %d of %d: %w", len(errs), len(cmds), errors.Join(errs...)), s.secrets...)
-	}
-	return nil
+	return se.Err()
 }
 
-// Requeue PUBLISHes runtime copies (held retry_after copies that came due), pipelined.
+// Requeue PUBLISHes runtime copies (held retry_after copies that came due), pipelined; a copy
+// that failed is named in an engine.SettleError, the others are published and not sent again.
 func (s *Source) Requeue(ctx context.Context, msgs []*engine.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
 	pipe := s.client.Pipeline()
-	var cmds []*redis.IntCmd
-	for _, m := range msgs {
+	var (
+		cmds []*redis.IntCmd
+		idx  []int
+	)
+	for i, m := range msgs {
 		ch := s.retryChannel(m)
 		if ch == "" {
 			s.log.Error().Str(engine.FieldKey, m.Key).Msg("delayed copy not published: pattern subscription without retry_to")
 			continue
 		}
-		cmds = append(cmds, pipe.Publish(ctx, ch, codec.EncodeEnvelope(m)))
+		cmds, idx = append(cmds, pipe.Publish(ctx, ch, codec.EncodeEnvelope(m))), append(idx, i)
 	}
 	if len(cmds) == 0 {
 		return nil
 	}
-	if err := redisconn.ExecPipe(ctx, pipe); err != nil {
-		return redisconn.RedactError(fmt.Errorf("redispubsub: publish: %w", err), s.secrets...)
-	}
-	for _, c := range cmds {
-		if err := c.Err(); err != nil {
-			return redisconn.RedactError(fmt.Errorf("redispubsub: publish: %w", err), s.secrets...)
+	err := redisconn.ExecPipe(ctx, pipe)
+	var se engine.SettleError
+	for j, c := range cmds {
+		cerr := c.Err()
+		if cerr == nil {
+			cerr = err
+		}
+		if cerr != nil {
+			se.Add(redisconn.Fault(idx[j], "publish", fmt.Sprint(c.Args()[1]), cerr, s.secrets...))
 		}
 	}
-	return nil
+	return se.Err()
 }
 
 // retryChannel is where a copy of m goes: RetryTo under patterns, else m's own channel.

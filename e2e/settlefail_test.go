@@ -1,0 +1,94 @@
+package e2e
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// One key that can never be written never stalls a pipeline (SPEC §10 "Settlement failures"):
+// the dead-letter key holds a string, so every dead letter fails with WRONGTYPE. Those
+// deliveries stay pending, logged at error once with the command, the key and Redis's own text,
+// and counted in flowrun_settle_failures_total, while every other delivery is settled — also
+// those in the same batch — and the pipeline keeps going.
+func TestUnwritableDeadLetterNeverStallsThePipeline(t *testing.T) {
+	e := newStreamEnv(t)
+	e.rdb.Set(e.ctx, "jobs.dlq", "not a stream", 0)
+	const n = 200
+	cfg := e.streamConfig(streamPipeline("stream", "    batch = 50\n", "  concurrency = 4\n  dead_letter = \"jobs.dlq\"\n", `
+  rule "bad" {
+    when    = "payload.n % 10 == 0"
+    outcome = "retry"
+  }
+  rule "ok" {
+    emit "stream" {
+      key = "done"
+    }
+    outcome = "ack"
+  }
+`))
+	// max_attempts 1: every retry becomes a dead letter, which cannot be written.
+	cfg = strings.Replace(cfg, "dead_letter", "max_attempts = 1\n  dead_letter", 1)
+	writeFile(t, e.dir, "flow.hcl", readFile(t, cfg))
+	for i := 1; i <= n/2; i++ {
+		e.streamXAdd("jobs", "payload", fmt.Sprintf(`{"n":%d}`, i))
+	}
+	addr := freeAddr(t)
+	p := start(t, "run", "--http-addr", addr, cfg)
+	// The pipeline keeps going: a second wave after the failures is settled as well.
+	eventually(t, streamDeadline, "the first wave to be handled", func() bool { return e.streamXLen("done") == n/2-n/20 })
+	for i := n/2 + 1; i <= n; i++ {
+		e.streamXAdd("jobs", "payload", fmt.Sprintf(`{"n":%d}`, i))
+	}
+	eventually(t, streamDeadline, "the second wave to be handled", func() bool { return e.streamXLen("done") == n-n/10 })
+	eventually(t, streamDeadline, "only the unwritable dead letters to stay pending", func() bool {
+		return e.streamPendingCount() == n/10
+	})
+	for _, x := range e.streamPending() {
+		// Every one left pending is one whose dead letter failed.
+		msgs := e.rdb.XRange(e.ctx, "jobs", x.ID, x.ID).Val()
+		if len(msgs) != 1 || !regexp.MustCompile(`"n":\d*0}`).MatchString(streamField(msgs[0], "payload")) {
+			t.Errorf("pending %s is not a dead letter: %v", x.ID, msgs)
+		}
+	}
+	_, metrics := httpGet("http://" + addr + "/metrics")
+	m := regexp.MustCompile(`flowrun_settle_failures_total\{pipeline="jobs",reason="wrongtype"\} (\d+)`).FindStringSubmatch(metrics)
+	if m == nil {
+		t.Fatalf("no wrongtype settle failures in /metrics:\n%s", grepLines(metrics, "settle"))
+	}
+	if got, _ := strconv.Atoi(m[1]); got < n/10 {
+		t.Errorf("settle failures counted %d, want at least %d", got, n/10)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(15 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	logs := p.err.String()
+	lines := grepLines(logs, "settlement failed permanently")
+	if c := strings.Count(lines, `"level":"error"`); c != 1 {
+		t.Errorf("logged at error %d times, want once per pipeline, command, key and reason:\n%s", c, lines)
+	}
+	for _, want := range []string{`"command":"xadd"`, `"key":"jobs.dlq"`, "WRONGTYPE Operation against a key holding the wrong kind of value"} {
+		if !strings.Contains(lines, want) {
+			t.Errorf("error log lacks %s:\n%s", want, lines)
+		}
+	}
+	if strings.Contains(logs, "EXECABORT") {
+		t.Errorf("log blames EXECABORT:\n%s", logs)
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
