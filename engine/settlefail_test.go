@@ -263,3 +263,34 @@ func TestMaxHeldPausesReading(t *testing.T) {
 		t.Fatalf("held %d copies at once, max_held is %d (+%d in flight)", peak, maxHeld, conc)
 	}
 }
+
+type nopSink struct{}
+
+func (nopSink) Publish(context.Context, ...*Message) error { return nil }
+
+// A slow first connection for one emit target never stalls emits to another.
+func TestSlowSinkCreationBlocksOnlyItsTarget(t *testing.T) {
+	slow := make(chan struct{})
+	e := New(Options{Sinks: func(t Target) (Sink, error) {
+		if t.Redis == "slow" {
+			<-slow
+		}
+		return nopSink{}, nil
+	}})
+	go e.sink(Target{Kind: "stream", Redis: "slow"})
+	time.Sleep(10 * time.Millisecond) // let the slow one take its lock first
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.sink(Target{Kind: "stream", Redis: "fast"})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a sink for another target waited for the slow one")
+	}
+	close(slow)
+}
