@@ -134,7 +134,7 @@ func TestLoadValid(t *testing.T) {
 				t.Fatalf("pipeline %d: got %q in %q, want %q in %q", i, p.Name, p.File, w.name, w.file)
 			}
 			src := *p.Source
-			src.DeclRange, src.redisRange = hcl.Range{}, hcl.Range{}
+			src.DeclRange, src.redisRange, src.streamRange, src.keyRange, src.processingRange = hcl.Range{}, hcl.Range{}, hcl.Range{}, hcl.Range{}, nil
 			if !reflect.DeepEqual(src, w.source) {
 				t.Errorf("source:\n got %+v\nwant %+v", src, w.source)
 			}
@@ -561,5 +561,22 @@ pipeline "p" {
 	}
 	if got := cfg.RedisBlock("cache").Cluster; !reflect.DeepEqual(got, []string{"b:1", "c:1"}) {
 		t.Fatalf("cluster: %q", got)
+	}
+}
+
+func TestMaxHeld(t *testing.T) {
+	for src, want := range map[string]int{
+		"pipeline \"p\" {\n  source \"pipe\" {}\n  out_retry = \"r\"\n  rule \"r\" {\n    outcome = \"ack\"\n  }\n}\n":                  DefaultMaxHeld,
+		"pipeline \"p\" {\n  source \"pipe\" {}\n  out_retry = \"r\"\n  max_held = 25\n  rule \"r\" {\n    outcome = \"ack\"\n  }\n}\n": 25,
+	} {
+		path := filepath.Join(t.TempDir(), "p.hcl")
+		write(t, path, src)
+		cfg, diags := Load([]string{path}, Options{Hostname: "h"})
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		if got := cfg.Pipelines[0].MaxHeld; got != want {
+			t.Errorf("MaxHeld = %d, want %d", got, want)
+		}
 	}
 }
