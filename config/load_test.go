@@ -392,11 +392,22 @@ func TestExprPositions(t *testing.T) {
 func TestFormat(t *testing.T) {
 	in := "pipeline \"p\" {\nsource \"pipe\" {}\n  out_retry=\"r\"\n  concurrency     = 2\n}\n"
 	want := "pipeline \"p\" {\n  source \"pipe\" {}\n  out_retry   = \"r\"\n  concurrency = 2\n}\n"
-	if got := string(Format([]byte(in))); got != want {
-		t.Fatalf("Format:\n%s\nwant:\n%s", got, want)
+	out, _, diags := Format("p.hcl", []byte(in))
+	if got := string(out); got != want || diags.HasErrors() {
+		t.Fatalf("Format:\n%s\nwant:\n%s\n%v", got, want, diags)
 	}
-	if got := string(Format([]byte(want))); got != want {
-		t.Fatalf("Format is not idempotent:\n%s", got)
+	if out, _, _ := Format("p.hcl", []byte(want)); string(out) != want {
+		t.Fatalf("Format is not idempotent:\n%s", out)
+	}
+
+	// A file that does not parse is not formatted: its syntax errors come back instead.
+	broken := "pipeline \"p\" {\n  rule \"r {\n    outcome = \"ack\"\n  }\n}\n"
+	out, file, diags := Format("b.hcl", []byte(broken))
+	if out != nil || !diags.HasErrors() || file == nil || string(file.Bytes) != broken {
+		t.Fatalf("Format(broken) = %q, %v", out, diags)
+	}
+	if s := diags[0].Subject; s == nil || s.Filename != "b.hcl" || s.Start.Line != 2 {
+		t.Fatalf("diagnostic subject = %v", s)
 	}
 }
 
