@@ -21,6 +21,7 @@ type Pipeline struct {
 	MaxAttempts     int           // 0: no cap
 	DeadLetter      string        // "": none
 	ShutdownTimeout time.Duration // grace for in-flight handlers after a stop; default 30s
+	MaxHeld         int           // runtime delayed copies held at once; 0: 10000
 	Logger          zerolog.Logger
 }
 
