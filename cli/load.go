@@ -45,6 +45,9 @@ func cmdValidate(args []string, stdio Stdio) int {
 	return ExitOK
 }
 
+// cmdFmt rewrites files in canonical layout, all or nothing: when any file named does not parse,
+// it prints every file's diagnostics, exits 1 and touches no file (SPEC §1); -check reports them
+// the same way.
 func cmdFmt(args []string, stdio Stdio) int {
 	fs := newFlagSet("fmt", stdio)
 	check := fs.Bool("check", false, "list files whose layout differs and exit 1; change nothing")
@@ -52,37 +55,85 @@ func cmdFmt(args []string, stdio Stdio) int {
 	if err != nil {
 		return flagExit(err)
 	}
-	files, err := hclFiles(paths)
+	names, err := hclFiles(paths)
 	if err != nil {
 		fmt.Fprintf(stdio.Err, "flowrun fmt: %v\n", err)
 		return ExitConfig
 	}
-	differ := false
-	for _, name := range files {
+	type change struct {
+		name string
+		out  []byte
+	}
+	var (
+		changes []change
+		diags   hcl.Diagnostics
+		files   = map[string]*hcl.File{}
+	)
+	for _, name := range names {
 		src, err := os.ReadFile(name)
 		if err != nil {
 			fmt.Fprintf(stdio.Err, "flowrun fmt: %v\n", err)
 			return ExitConfig
 		}
-		out := config.Format(src)
-		if bytes.Equal(src, out) {
-			continue
+		out, f, ds := config.Format(name, src)
+		files[name] = f
+		diags = append(diags, ds...)
+		if out != nil && !bytes.Equal(src, out) {
+			changes = append(changes, change{name, out})
 		}
-		if *check {
-			fmt.Fprintln(stdio.Out, name)
-			differ = true
-			continue
-		}
-		if err := os.WriteFile(name, out, 0o644); err != nil {
-			fmt.Fprintf(stdio.Err, "flowrun fmt: %v\n", err)
-			return ExitConfig
-		}
-		fmt.Fprintln(stdio.Out, name)
 	}
-	if differ {
+	if len(diags) > 0 {
+		config.WriteDiagnostics(stdio.Err, files, diags)
+	}
+	if diags.HasErrors() {
+		fmt.Fprintf(stdio.Err, "flowrun fmt: nothing was changed: fix the errors above first\n")
+		return ExitConfig
+	}
+	for _, c := range changes {
+		if !*check {
+			if err := replaceFile(c.name, c.out); err != nil {
+				fmt.Fprintf(stdio.Err, "flowrun fmt: %v\n", err)
+				return ExitConfig
+			}
+		}
+		fmt.Fprintln(stdio.Out, c.name)
+	}
+	if *check && len(changes) > 0 {
 		return ExitConfig
 	}
 	return ExitOK
+}
+
+// replaceFile gives the file at path (through a symbolic link) the content data, keeping its
+// mode. A temporary file in the same folder is renamed over it, so a crash or a full disk leaves
+// the old content or the new one, never a truncated file.
+func replaceFile(path string, data []byte) error {
+	if p, err := filepath.EvalSymlinks(path); err == nil {
+		path = p
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".fmt-*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Chmod(st.Mode().Perm())
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }
 
 // hclFiles lists the .hcl files named by paths: a file as is, a folder's .hcl files in name order.

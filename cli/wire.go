@@ -24,13 +24,24 @@ type wiring struct {
 	log    zerolog.Logger
 	stdout *codec.LineWriter
 
+	// mu guards the maps and closers only, never network I/O: a slow first connection to one
+	// redis block must not stall the pipelines and emits that use another (clientSlot).
 	mu      sync.Mutex
-	clients map[string]redis.UniversalClient // by redis block name
+	clients map[string]*clientSlot // by redis block name
 	closers []func() error
+	closed  bool
+}
+
+// clientSlot is one redis block's client, opened once by whoever asks first; others asking for
+// the same block wait for that, and nobody else does.
+type clientSlot struct {
+	once sync.Once
+	c    redis.UniversalClient
+	err  error
 }
 
 func newWiring(cfg *config.Config, stdio Stdio, log zerolog.Logger) *wiring {
-	return &wiring{cfg: cfg, stdio: stdio, log: log, stdout: codec.NewLineWriter(stdio.Out), clients: map[string]redis.UniversalClient{}}
+	return &wiring{cfg: cfg, stdio: stdio, log: log, stdout: codec.NewLineWriter(stdio.Out), clients: map[string]*clientSlot{}}
 }
 
 func (w *wiring) pipelines(ctx context.Context, selected []*config.Pipeline) ([]*engine.Pipeline, error) {
@@ -55,6 +66,7 @@ func (w *wiring) pipelines(ctx context.Context, selected []*config.Pipeline) ([]
 			MaxAttempts:     p.MaxAttempts,
 			DeadLetter:      p.DeadLetter,
 			ShutdownTimeout: p.ShutdownTimeout,
+			MaxHeld:         p.MaxHeld,
 			Logger:          log,
 		})
 	}
@@ -93,7 +105,7 @@ func (w *wiring) source(p *config.Pipeline, log zerolog.Logger) (engine.Source, 
 	s := p.Source
 	switch s.Kind {
 	case config.KindFile:
-		return file.New(file.Options{Path: s.Path, Key: s.Key, Follow: s.Follow, Checkpoint: s.Checkpoint, Batch: s.Batch}, log)
+		return file.New(file.Options{Path: s.Path, Key: s.Key, DeadLetter: p.DeadLetter, Follow: s.Follow, Checkpoint: s.Checkpoint, Batch: s.Batch}, log)
 	case config.KindPipe:
 		return pipe.New(pipe.Options{Key: s.Key, OutRetry: p.OutRetry, Batch: s.Batch}, w.stdio.In, w.stdout, log), nil
 	}
@@ -116,20 +128,30 @@ func (w *wiring) sink(t engine.Target) (engine.Sink, error) {
 	return w.redisSink(t)
 }
 
+// onClose registers f to run at close. After close (a client whose slow first connection
+// finished during shutdown) f runs at once.
 func (w *wiring) onClose(f func() error) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.closers = append(w.closers, f)
+	if !w.closed {
+		w.closers = append(w.closers, f)
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	if err := f(); err != nil {
+		w.log.Warn().Err(err).Msg("closing")
+	}
 }
 
 // close releases everything in reverse order of creation: Redis clients last.
 func (w *wiring) close() {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	for i := len(w.closers) - 1; i >= 0; i-- {
-		if err := w.closers[i](); err != nil {
+	closers := w.closers
+	w.closers, w.closed = nil, true
+	w.mu.Unlock()
+	for i := len(closers) - 1; i >= 0; i-- {
+		if err := closers[i](); err != nil {
 			w.log.Warn().Err(err).Msg("closing")
 		}
 	}
-	w.closers = nil
 }

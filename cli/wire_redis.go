@@ -20,11 +20,21 @@ import (
 // failure at start is a configuration problem (exit 2, password redacted); an unreachable server
 // is not: sources wait for it with backoff.
 func (w *wiring) client(name string) (redis.UniversalClient, error) {
+	// Opening (a ping of up to 3 s) happens outside w.mu, once per block: a caller for another
+	// block never waits for it.
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if c, ok := w.clients[name]; ok {
-		return c, nil
+	slot := w.clients[name]
+	if slot == nil {
+		slot = &clientSlot{}
+		w.clients[name] = slot
 	}
+	w.mu.Unlock()
+	slot.once.Do(func() { slot.c, slot.err = w.openClient(name) })
+	return slot.c, slot.err
+}
+
+// openClient opens a redis block's client for client, once.
+func (w *wiring) openClient(name string) (redis.UniversalClient, error) {
 	c, pingErr, err := openRedis(context.Background(), w.cfg, name, 3*time.Second)
 	if err != nil {
 		return nil, err
@@ -36,8 +46,7 @@ func (w *wiring) client(name string) (redis.UniversalClient, error) {
 		}
 		w.log.Warn().Str("redis", name).Err(pingErr).Msg("redis not reachable yet; waiting for it")
 	}
-	w.clients[name] = c
-	w.closers = append(w.closers, c.Close) // closed last: created before the sources that use it
+	w.onClose(c.Close) // closed last: created before the sources that use it
 	return c, nil
 }
 

@@ -41,6 +41,7 @@ const (
 	DefaultBlock           = time.Second
 	DefaultStart           = "0"
 	DefaultShutdownTimeout = 30 * time.Second
+	DefaultMaxHeld         = 10000 // runtime delayed copies held at once (SPEC §5)
 )
 
 // Options tune a load.
@@ -130,6 +131,7 @@ type Pipeline struct {
 	DelayedRetry    string        // DelayedRetryRuntime (default) or DelayedRetryDurableZSet
 	DelayKey        string        // durable_zset only; default "<stream>:delayed"
 	ShutdownTimeout time.Duration // default 30s
+	MaxHeld         int           // runtime delayed copies held at once; default 10000
 	OutRetry        string        // pipe only (required there)
 	RetryTo         string        // pubsub with patterns only
 	Rules           *rules.RuleSet
@@ -139,7 +141,8 @@ type Pipeline struct {
 	CanRetry  bool
 	DeclRange hcl.Range
 
-	emitRefs []emitRef // emits whose redis block is resolved in the merge pass
+	emitRefs      []emitRef  // emits whose redis block is resolved in the merge pass
+	delayKeyRange *hcl.Range // the delay_key attribute's value; nil when defaulted
 }
 
 // Source is a pipeline's `source "KIND"` block, with every default applied.
@@ -173,7 +176,10 @@ type Source struct {
 
 	DeclRange hcl.Range
 
-	redisRange hcl.Range // the redis attribute's value, for an unknown name
+	redisRange      hcl.Range  // the redis attribute's value, for an unknown name
+	streamRange     hcl.Range  // the stream attribute's value
+	keyRange        hcl.Range  // the key attribute's value
+	processingRange *hcl.Range // the processing attribute's value; nil when defaulted
 }
 
 // IsRedis reports whether the source reads from Redis.

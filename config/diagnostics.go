@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/hashicorp/hcl/v2/hclwrite"
 )
 
@@ -74,7 +75,17 @@ func writeSnippet(w io.StringWriter, src []byte, rng hcl.Range) {
 	w.WriteString(caret.String() + "\n")
 }
 
-// Format rewrites src in canonical HCL layout (`flowrun fmt`).
-func Format(src []byte) []byte {
-	return hclwrite.Format(src)
+// Format returns the file name's content src in canonical HCL layout (`flowrun fmt`). A file
+// that does not parse is never formatted, since the layout of broken tokens would change what
+// they mean (`rule "r` would become `rule " r "`): out is nil and diags hold the syntax errors,
+// with file the source for their snippets (WriteDiagnostics).
+func Format(name string, src []byte) (out []byte, file *hcl.File, diags hcl.Diagnostics) {
+	file, diags = hclsyntax.ParseConfig(src, name, hcl.InitialPos)
+	if file == nil {
+		file = &hcl.File{Bytes: src}
+	}
+	if diags.HasErrors() {
+		return nil, file, diags
+	}
+	return hclwrite.Format(src), file, diags
 }

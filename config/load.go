@@ -266,6 +266,7 @@ func merge(files []*fileConfig, complete bool) (*Config, hcl.Diagnostics) {
 	}
 	for _, pl := range cfg.Pipelines {
 		diags = append(diags, res.resolvePipeline(pl)...)
+		diags = append(diags, checkClusterSlots(pl, redis)...)
 	}
 	for _, t := range cfg.Tests {
 		diags = append(diags, resolveTest(t, pipelines)...)

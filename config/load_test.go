@@ -134,7 +134,7 @@ func TestLoadValid(t *testing.T) {
 				t.Fatalf("pipeline %d: got %q in %q, want %q in %q", i, p.Name, p.File, w.name, w.file)
 			}
 			src := *p.Source
-			src.DeclRange, src.redisRange = hcl.Range{}, hcl.Range{}
+			src.DeclRange, src.redisRange, src.streamRange, src.keyRange, src.processingRange = hcl.Range{}, hcl.Range{}, hcl.Range{}, hcl.Range{}, nil
 			if !reflect.DeepEqual(src, w.source) {
 				t.Errorf("source:\n got %+v\nwant %+v", src, w.source)
 			}
@@ -392,11 +392,22 @@ func TestExprPositions(t *testing.T) {
 func TestFormat(t *testing.T) {
 	in := "pipeline \"p\" {\nsource \"pipe\" {}\n  out_retry=\"r\"\n  concurrency     = 2\n}\n"
 	want := "pipeline \"p\" {\n  source \"pipe\" {}\n  out_retry   = \"r\"\n  concurrency = 2\n}\n"
-	if got := string(Format([]byte(in))); got != want {
-		t.Fatalf("Format:\n%s\nwant:\n%s", got, want)
+	out, _, diags := Format("p.hcl", []byte(in))
+	if got := string(out); got != want || diags.HasErrors() {
+		t.Fatalf("Format:\n%s\nwant:\n%s\n%v", got, want, diags)
 	}
-	if got := string(Format([]byte(want))); got != want {
-		t.Fatalf("Format is not idempotent:\n%s", got)
+	if out, _, _ := Format("p.hcl", []byte(want)); string(out) != want {
+		t.Fatalf("Format is not idempotent:\n%s", out)
+	}
+
+	// A file that does not parse is not formatted: its syntax errors come back instead.
+	broken := "pipeline \"p\" {\n  rule \"r {\n    outcome = \"ack\"\n  }\n}\n"
+	out, file, diags := Format("b.hcl", []byte(broken))
+	if out != nil || !diags.HasErrors() || file == nil || string(file.Bytes) != broken {
+		t.Fatalf("Format(broken) = %q, %v", out, diags)
+	}
+	if s := diags[0].Subject; s == nil || s.Filename != "b.hcl" || s.Start.Line != 2 {
+		t.Fatalf("diagnostic subject = %v", s)
 	}
 }
 
@@ -561,5 +572,22 @@ pipeline "p" {
 	}
 	if got := cfg.RedisBlock("cache").Cluster; !reflect.DeepEqual(got, []string{"b:1", "c:1"}) {
 		t.Fatalf("cluster: %q", got)
+	}
+}
+
+func TestMaxHeld(t *testing.T) {
+	for src, want := range map[string]int{
+		"pipeline \"p\" {\n  source \"pipe\" {}\n  out_retry = \"r\"\n  rule \"r\" {\n    outcome = \"ack\"\n  }\n}\n":                  DefaultMaxHeld,
+		"pipeline \"p\" {\n  source \"pipe\" {}\n  out_retry = \"r\"\n  max_held = 25\n  rule \"r\" {\n    outcome = \"ack\"\n  }\n}\n": 25,
+	} {
+		path := filepath.Join(t.TempDir(), "p.hcl")
+		write(t, path, src)
+		cfg, diags := Load([]string{path}, Options{Hostname: "h"})
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		if got := cfg.Pipelines[0].MaxHeld; got != want {
+			t.Errorf("MaxHeld = %d, want %d", got, want)
+		}
 	}
 }

@@ -15,7 +15,7 @@ var pipelineSchema = &hcl.BodySchema{
 	Attributes: []hcl.AttributeSchema{
 		{Name: "concurrency"}, {Name: "max_attempts"}, {Name: "dead_letter"},
 		{Name: "delayed_retry"}, {Name: "delay_key"}, {Name: "shutdown_timeout"},
-		{Name: "out_retry"}, {Name: "retry_to"}, {Name: "otherwise"},
+		{Name: "out_retry"}, {Name: "retry_to"}, {Name: "otherwise"}, {Name: "max_held"},
 	},
 	Blocks: []hcl.BlockHeaderSchema{
 		{Type: "source", LabelNames: []string{"kind"}},
@@ -46,6 +46,7 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 		Concurrency:     runtime.NumCPU(),
 		DelayedRetry:    DelayedRetryRuntime,
 		ShutdownTimeout: DefaultShutdownTimeout,
+		MaxHeld:         DefaultMaxHeld,
 		DeclRange:       block.DefRange,
 	}
 	content, diags := block.Body.Content(pipelineSchema)
@@ -89,6 +90,7 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 	opt(attrs, "max_attempts", d.count, &pl.MaxAttempts, &diags)
 	opt(attrs, "dead_letter", d.nonEmpty, &pl.DeadLetter, &diags)
 	opt(attrs, "shutdown_timeout", d.nonNegativeDuration, &pl.ShutdownTimeout, &diags)
+	opt(attrs, "max_held", d.count, &pl.MaxHeld, &diags)
 	if a, ok := attrs["delayed_retry"]; ok {
 		v, ds := d.str(a)
 		diags = append(diags, ds...)
@@ -109,6 +111,9 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 			diags = append(diags, ds...)
 			*f.dst = v
 		}
+	}
+	if a, ok := attrs["delay_key"]; ok {
+		pl.delayKeyRange = a.Expr.Range().Ptr()
 	}
 
 	// A rule set or a handler, exactly one of them.
@@ -197,6 +202,16 @@ func (pl *Pipeline) checkCombinations(block *hcl.Block, attrs hcl.Attributes) hc
 		pl.DelayedRetry, pl.DelayKey = DelayedRetryRuntime, ""
 	}
 
+	// A pipeline never reads its own dead letters (SPEC §2): a file source skips the dead-letter
+	// key by itself, but not when told to read exactly that key, and a stream or list would take
+	// every dead letter back as new work.
+	if a, ok := attrs["dead_letter"]; ok && pl.DeadLetter != "" {
+		if own := ownKey(src); own != "" && own == pl.DeadLetter {
+			diags = append(diags, invalidValue(a, fmt.Sprintf("%q is the key this pipeline's %s source reads, so every dead letter would be read back as new work; choose another dead_letter key.",
+				pl.DeadLetter, src.Kind)))
+		}
+	}
+
 	if a, ok := attrs["out_retry"]; ok && src.Kind != KindPipe {
 		diags = append(diags, notHere(a, fmt.Sprintf(`"out_retry" only applies to a pipe source; %s.`, sourceIs)))
 	}
@@ -213,6 +228,18 @@ func (pl *Pipeline) checkCombinations(block *hcl.Block, attrs hcl.Attributes) hc
 			"for a pipeline that reads pubsub patterns and can retry (the channel retry copies are published to)"))
 	}
 	return diags
+}
+
+// ownKey is the key a source reads and its dead letters could be written to: the stream, the
+// list key, or a file source's key filter ("" for the others).
+func ownKey(src *Source) string {
+	switch src.Kind {
+	case KindStream, KindClaiming, KindReclaim:
+		return src.Stream
+	case KindList, KindFile:
+		return src.Key
+	}
+	return ""
 }
 
 func describeForRetryTo(src *Source) string {

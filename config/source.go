@@ -110,6 +110,8 @@ func (d *fileDecoder) decodeSourceBlock(block *hcl.Block, pipeline string) (*Sou
 	case KindStream, KindClaiming, KindReclaim:
 		if !str("stream", &s.Stream) {
 			diags = append(diags, missingArg(block, "stream", fmt.Sprintf("for %s %s source", article(kind), kind)))
+		} else {
+			s.streamRange = attrs["stream"].Expr.Range()
 		}
 		s.Group = pipeline
 		str("group", &s.Group)
@@ -131,6 +133,8 @@ func (d *fileDecoder) decodeSourceBlock(block *hcl.Block, pipeline string) (*Sou
 	case KindList:
 		if !str("key", &s.Key) {
 			diags = append(diags, missingArg(block, "key", "for a list source"))
+		} else {
+			s.keyRange = attrs["key"].Expr.Range()
 		}
 		s.Reliable = true
 		opt(attrs, "reliable", d.boolean, &s.Reliable, &diags)
@@ -141,6 +145,8 @@ func (d *fileDecoder) decodeSourceBlock(block *hcl.Block, pipeline string) (*Sou
 			s.Processing = ""
 		case !hasProcessing && s.Reliable && s.Key != "":
 			s.Processing = fmt.Sprintf("%s:processing:%s", s.Key, s.Consumer)
+		case hasProcessing:
+			s.processingRange = attrs["processing"].Expr.Range().Ptr()
 		}
 
 	case KindPubSub:
@@ -185,7 +191,9 @@ func (d *fileDecoder) decodeSourceBlock(block *hcl.Block, pipeline string) (*Sou
 		} else {
 			diags = append(diags, missingArg(block, "path", "for a file source"))
 		}
-		str("key", &s.Key)
+		if str("key", &s.Key) {
+			s.keyRange = attrs["key"].Expr.Range()
+		}
 		opt(attrs, "follow", d.boolean, &s.Follow, &diags)
 		if str("checkpoint", &s.Checkpoint) && s.Checkpoint != "" {
 			s.Checkpoint = resolvePath(d.dir, s.Checkpoint)

@@ -3,8 +3,10 @@
 //
 // A delivery's id is its record's line number (1-based); its token is the line number and the
 // byte offset just past the line. Malformed lines are logged with their line number, counted and
-// skipped; blank lines are skipped silently. Retry copies and dead letters are appended to the
-// same file, through one O_APPEND handle, one write per Settle batch.
+// skipped; blank lines are skipped silently. Records of the pipeline's dead-letter key
+// (Options.DeadLetter) are never delivered. Retry copies and dead letters are appended to the
+// same file, through one O_APPEND handle, one write per Settle batch; Settle is idempotent per
+// delivery (see Settle).
 //
 // # Checkpoint
 //
@@ -27,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,6 +37,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -45,10 +49,20 @@ import (
 // pollInterval is how often a followed file is checked for growth at its end.
 var pollInterval = 100 * time.Millisecond
 
+// The file operations Settle depends on, replaceable by tests to inject failures.
+var (
+	appendWrite     = (*os.File).Write
+	appendSync      = (*os.File).Sync
+	writeCheckpoint = writeFileAtomic
+)
+
 // Options configure a file source.
 type Options struct {
-	Path       string // the stream file
-	Key        string // records of this key only; "" = every key
+	Path string // the stream file
+	Key  string // records of this key only; "" = every key
+	// DeadLetter is the pipeline's dead-letter key: records of that key are never delivered,
+	// whatever Key says, so a pipeline never reads back the dead letters it appends (SPEC §2).
+	DeadLetter string
 	Follow     bool   // at the end of the file, wait for more instead of returning
 	Checkpoint string // where the resume position is stored; "" = none
 	// Batch is accepted for symmetry with the other sources. Reading is synchronous, one record
@@ -72,8 +86,10 @@ type Source struct {
 	skipIdx int
 	retried bool // at EOF of a replay, already waited once for an append in progress
 
-	appMu sync.Mutex
-	app   *codec.FileAppender
+	appMu   sync.Mutex // guards app, appBuf and appEnds
+	app     *os.File   // O_APPEND handle for copies, opened on first use
+	appBuf  []byte
+	appEnds []int
 
 	mu       sync.Mutex
 	pending  []entry // delivered records from the first unsettled one on, in line order
@@ -101,10 +117,16 @@ type entry struct {
 	settled          bool
 }
 
-// token is what Delivery.Token holds.
+// token is what Delivery.Token holds. Settle records on it what is done, so that a delivery
+// sent again never has its copy appended twice. Only Settle, on its one goroutine, writes the
+// flags.
 type token struct {
 	line int64 // line number
 	end  int64 // byte offset just past the line
+
+	copied  bool  // its retry copy or dead letter is appended
+	syncErr error // the fsync after the append failed: it is never settled in this process
+	settled bool  // counted as settled; the checkpoint may still have to catch up
 }
 
 type checkpoint struct {
@@ -268,12 +290,12 @@ func (s *Source) handle(ctx context.Context, out chan<- *engine.Delivery, line [
 		s.advance(n, start, false)
 		return nil
 	}
-	if s.opts.Key != "" && m.Key != s.opts.Key {
+	if (s.opts.Key != "" && m.Key != s.opts.Key) || (s.opts.DeadLetter != "" && m.Key == s.opts.DeadLetter) {
 		s.advance(n, start, false)
 		return nil
 	}
 	m.ID = strconv.FormatInt(n, 10)
-	d := &engine.Delivery{Message: m, Token: token{line: n, end: s.off}}
+	d := &engine.Delivery{Message: m, Token: &token{line: n, end: s.off}}
 	s.mu.Lock()
 	s.pending = append(s.pending, entry{line: n, start: start, end: s.off})
 	s.frontier = position{s.off, n}
@@ -323,90 +345,245 @@ func blank(line []byte) bool {
 	return true
 }
 
-// Settle executes a batch: copies first (one write), then the originals count as settled.
+// Settle executes a batch: copies first (one write), then the originals count as settled, then
+// the checkpoint is saved. It reports what failed per delivery (engine.SettleError) and records
+// on each delivery's token what is done, so a batch sent again after a partial failure never
+// appends a copy or a dead letter twice: a resend only does what is left (the append, the
+// fsync or the checkpoint).
+//
+// Failures are classified by classify: the stream file or the checkpoint's folder being
+// unwritable (a permission error, a read-only filesystem, a missing folder) is permanent, and so
+// is a failed fsync, since the kernel may have dropped the written pages and a second fsync would
+// hide that; the delivery is then left unsettled, so the checkpoint stays before it and a restart
+// handles it again (a possible duplicate, never a loss). A full disk (ENOSPC, EDQUOT) and other
+// I/O errors are transient: the engine sends the delivery again.
 func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 	var (
-		errs      []error
-		done      = make([]int64, 0, len(batch))
-		copies    []*engine.Message
-		copyLines []int64
+		se      engine.SettleError
+		failed  = make([]bool, len(batch))
+		toks    = make([]*token, len(batch))
+		copies  []*engine.Message
+		copyIdx []int // batch index of each copy
 	)
-	for _, st := range batch {
-		var tok token
-		ok := st.Delivery != nil
-		if ok {
-			tok, ok = st.Delivery.Token.(token)
+	fail := func(i int, command, key string, err error) {
+		reason, permanent := classify(err)
+		se.Add(engine.Fault{Index: i, Command: command, Key: key, Reason: reason, Permanent: permanent, Err: err})
+		failed[i] = true
+	}
+	for i, st := range batch {
+		var tok *token
+		if st.Delivery != nil {
+			tok, _ = st.Delivery.Token.(*token)
 		}
-		if !ok {
-			errs = append(errs, fmt.Errorf("file: settle: delivery without a file token"))
+		if tok == nil {
+			fail(i, "settle", s.opts.Path, fmt.Errorf("file: settle: delivery without a file token: %w", engine.ErrPermanent))
 			continue
 		}
 		switch st.Action {
-		case engine.ActAck:
-			done = append(done, tok.line)
-		case engine.ActRequeue, engine.ActDeadLetter:
-			c := st.Copy
-			if c == nil {
-				errs = append(errs, fmt.Errorf("file: settle line %d: %s without a copy", tok.line, st.Action))
-				continue
-			}
-			if st.Action == engine.ActDeadLetter {
-				if st.DeadLetterKey == "" {
-					errs = append(errs, fmt.Errorf("file: settle line %d: dead letter without a key", tok.line))
-					continue
-				}
-				dl := *c
-				dl.Key = st.DeadLetterKey
-				c = &dl
-			}
-			copies = append(copies, c)
-			copyLines = append(copyLines, tok.line)
+		case engine.ActAck, engine.ActRequeue, engine.ActDeadLetter:
 		default:
-			errs = append(errs, fmt.Errorf("file: settle line %d: %s: %w", tok.line, st.Action, engine.ErrUnsupported))
+			fail(i, st.Action.String(), s.opts.Path, fmt.Errorf("file: settle line %d: %s: %w", tok.line, st.Action, engine.ErrUnsupported))
+			continue
+		}
+		toks[i] = tok
+		if tok.settled || tok.copied || st.Action == engine.ActAck {
+			continue // nothing to write: only the checkpoint may be left to do
+		}
+		c, err := copyOf(st, tok)
+		if err != nil {
+			fail(i, st.Action.String(), s.opts.Path, err)
+			continue
+		}
+		copies = append(copies, c)
+		copyIdx = append(copyIdx, i)
+	}
+
+	if len(copies) > 0 {
+		n, err := s.appendRecords(copies)
+		for _, i := range copyIdx[:n] {
+			toks[i].copied = true
+		}
+		for _, i := range copyIdx[n:] {
+			fail(i, "append", s.opts.Path, err)
 		}
 	}
-	if len(copies) > 0 {
-		// Before the checkpoint may pass the originals, the copies must be on disk.
-		if err := s.append(copies, s.opts.Checkpoint != ""); err != nil {
-			errs = append(errs, err)
-		} else {
-			done = append(done, copyLines...)
+
+	// Before the checkpoint may pass the originals, their copies must be on disk.
+	if s.opts.Checkpoint != "" && len(copies) > 0 {
+		var written []int
+		for _, i := range copyIdx {
+			if !failed[i] {
+				written = append(written, i)
+			}
+		}
+		if len(written) > 0 {
+			if err := s.syncAppender(); err != nil {
+				for _, i := range written {
+					toks[i].syncErr = errFsync{err}
+				}
+			}
+		}
+	}
+
+	done := make([]int64, 0, len(batch))
+	for i, tok := range toks {
+		switch {
+		case failed[i] || tok.settled:
+		case tok.syncErr != nil:
+			// Never settled in this process, however often it is sent: see classify.
+			fail(i, "fsync", s.opts.Path, tok.syncErr)
+		default:
+			tok.settled = true
+			done = append(done, tok.line)
 		}
 	}
 	s.markSettled(done)
+
 	if err := s.saveCheckpoint(); err != nil {
-		errs = append(errs, err)
+		// The settlements hold in memory, and any later save (the next batch, an idle followed
+		// file, Close) writes them; a resend only tries the save again.
+		for i, tok := range toks {
+			if !failed[i] && tok != nil {
+				fail(i, "checkpoint", s.opts.Checkpoint, err)
+			}
+		}
 	}
-	return errors.Join(errs...)
+	return se.Err()
 }
 
-// Requeue appends runtime copies that came due, each under its own key.
+// copyOf returns the record a requeue or dead letter appends.
+func copyOf(st engine.Settlement, tok *token) (*engine.Message, error) {
+	c := st.Copy
+	if c == nil {
+		return nil, fmt.Errorf("file: settle line %d: %s without a copy: %w", tok.line, st.Action, engine.ErrPermanent)
+	}
+	if st.Action == engine.ActDeadLetter {
+		if st.DeadLetterKey == "" {
+			return nil, fmt.Errorf("file: settle line %d: dead letter without a key: %w", tok.line, engine.ErrPermanent)
+		}
+		dl := *c
+		dl.Key = st.DeadLetterKey
+		c = &dl
+	}
+	return c, nil
+}
+
+// Requeue appends runtime copies that came due, each under its own key. When the append fails
+// part way, the error is an engine.SettleError naming (by index into msgs) the copies that were
+// not written whole, so that only those are sent again.
 func (s *Source) Requeue(ctx context.Context, msgs []*engine.Message) error {
-	return s.append(msgs, false)
-}
-
-func (s *Source) append(msgs []*engine.Message, sync bool) error {
 	if len(msgs) == 0 {
 		return nil
 	}
+	n, err := s.appendRecords(msgs)
+	if err == nil {
+		return nil
+	}
+	var se engine.SettleError
+	reason, permanent := classify(err)
+	for i := n; i < len(msgs); i++ {
+		se.Add(engine.Fault{Index: i, Command: "append", Key: s.opts.Path, Reason: reason, Permanent: permanent, Err: err})
+	}
+	return se.Err()
+}
+
+// appendRecords appends msgs to the stream file in one write and returns how many of them were
+// written whole. It holds the process's append lock of the path (codec.WithAppendLock), which
+// record emits to the same file share, so lines never interleave. When the file does not end
+// with a newline (a last line written without one, or a copy cut short by a failed write), a
+// newline goes first: a torn line stays a malformed line of its own and never joins a record.
+func (s *Source) appendRecords(msgs []*engine.Message) (int, error) {
 	s.appMu.Lock()
 	defer s.appMu.Unlock()
 	if s.app == nil {
-		app, err := codec.OpenFileAppender(s.opts.Path)
+		// Opened on first use, so that a read-only file replays as long as nothing is written.
+		// Never created: a stream file that is gone is an error, not a new empty file.
+		f, err := os.OpenFile(s.opts.Path, os.O_RDWR|os.O_APPEND, 0)
 		if err != nil {
-			return fmt.Errorf("file: %w", err)
+			return 0, fmt.Errorf("file: open %s for appending: %w", s.opts.Path, err)
 		}
-		s.app = app
+		s.app = f
 	}
-	if err := s.app.Append(msgs...); err != nil {
-		return fmt.Errorf("file: %w", err)
+	var (
+		n   int
+		err error
+	)
+	codec.WithAppendLock(s.opts.Path, func() { n, err = s.appendLocked(msgs) })
+	return n, err
+}
+
+func (s *Source) appendLocked(msgs []*engine.Message) (int, error) {
+	st, err := s.app.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("file: stat %s: %w", s.opts.Path, err)
 	}
-	if sync {
-		if err := s.app.Sync(); err != nil {
-			return fmt.Errorf("file: %w", err)
+	buf := s.appBuf[:0]
+	if size := st.Size(); size > 0 {
+		var last [1]byte
+		if _, err := s.app.ReadAt(last[:], size-1); err != nil {
+			return 0, fmt.Errorf("file: read %s: %w", s.opts.Path, err)
 		}
+		if last[0] != '\n' {
+			buf = append(buf, '\n')
+		}
+	}
+	ends := s.appEnds[:0] // ends[j]: bytes of buf up to and including record j
+	for _, m := range msgs {
+		buf = codec.AppendRecord(buf, m)
+		ends = append(ends, len(buf))
+	}
+	written, err := appendWrite(s.app, buf)
+	if cap(buf) <= 1<<20 {
+		s.appBuf, s.appEnds = buf, ends
+	}
+	if err == nil {
+		return len(msgs), nil
+	}
+	whole := sort.SearchInts(ends, written+1) // records that ended within what was written
+	return whole, fmt.Errorf("file: append %s: %w", s.opts.Path, err)
+}
+
+// syncAppender flushes the appended copies to stable storage.
+func (s *Source) syncAppender() error {
+	s.appMu.Lock()
+	defer s.appMu.Unlock()
+	if s.app == nil {
+		return nil
+	}
+	if err := appendSync(s.app); err != nil {
+		return fmt.Errorf("file: fsync %s: %w", s.opts.Path, err)
 	}
 	return nil
+}
+
+// errFsync marks a failed fsync, which classify always takes as permanent.
+type errFsync struct{ err error }
+
+func (e errFsync) Error() string { return e.err.Error() }
+func (e errFsync) Unwrap() error { return e.err }
+
+// classify turns a file error into a fault reason and says whether it is permanent (see Settle).
+func classify(err error) (reason string, permanent bool) {
+	var fe errFsync
+	switch {
+	case errors.Is(err, engine.ErrUnsupported):
+		return "unsupported", true
+	case errors.Is(err, engine.ErrPermanent):
+		return "invalid", true
+	case errors.Is(err, fs.ErrPermission):
+		return "permission", true
+	case errors.Is(err, syscall.EROFS):
+		return "read_only", true
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR):
+		return "not_found", true
+	case errors.As(err, &fe):
+		return "fsync", true
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return "no_space", false
+	case errors.Is(err, syscall.EIO):
+		return "io", false
+	}
+	return "error", false
 }
 
 // markSettled records final settlements and drops the settled prefix of pending.
@@ -481,7 +658,7 @@ func (s *Source) saveCheckpoint() error {
 	if err != nil {
 		return fmt.Errorf("file: checkpoint: %w", err)
 	}
-	if err := writeFileAtomic(s.opts.Checkpoint, append(data, '\n')); err != nil {
+	if err := writeCheckpoint(s.opts.Checkpoint, append(data, '\n')); err != nil {
 		return fmt.Errorf("file: checkpoint: %w", err)
 	}
 	s.written = cp
@@ -553,8 +730,9 @@ func (s *Source) Close() error {
 	s.appMu.Lock()
 	if s.app != nil {
 		if err := s.app.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("file: %w", err))
+			errs = append(errs, fmt.Errorf("file: close %s: %w", s.opts.Path, err))
 		}
+		s.app = nil
 	}
 	s.appMu.Unlock()
 	return errors.Join(errs...)

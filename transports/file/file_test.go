@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -380,8 +383,9 @@ func TestSettleAppends(t *testing.T) {
 
 	for _, act := range []engine.Action{engine.ActLeave, engine.ActDelay} {
 		err := s.Settle(context.Background(), []engine.Settlement{{Delivery: got[0], Action: act, Copy: retry}})
-		if !errors.Is(err, engine.ErrUnsupported) {
-			t.Errorf("%s: err = %v, want ErrUnsupported", act, err)
+		f := onlyFault(t, err)
+		if !errors.Is(f.Err, engine.ErrUnsupported) || !f.Permanent || f.Reason != "unsupported" || f.Index != 0 {
+			t.Errorf("%s: fault = %+v, want a permanent ErrUnsupported", act, f)
 		}
 	}
 	if g := readFile(t, path); g != want {
@@ -677,5 +681,302 @@ func TestFollowCheckpointIdle(t *testing.T) {
 	r.cancel()
 	if err := r.end(t); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Receive = %v", err)
+	}
+}
+
+// faults returns the faults of a Settle error, failing on any other error.
+func faults(t *testing.T, err error) []engine.Fault {
+	t.Helper()
+	if err == nil {
+		return nil
+	}
+	var se *engine.SettleError
+	if !errors.As(err, &se) {
+		t.Fatalf("Settle = %v (%T), want an *engine.SettleError", err, err)
+	}
+	return se.Faults
+}
+
+func onlyFault(t *testing.T, err error) engine.Fault {
+	t.Helper()
+	fs := faults(t, err)
+	if len(fs) != 1 {
+		t.Fatalf("Settle = %v, want exactly one fault", err)
+	}
+	return fs[0]
+}
+
+// A checkpoint that cannot be saved is reported per delivery; the batch sent again (as the
+// engine does) saves it and appends nothing a second time.
+func TestSettleCheckpointFailureResendWritesOnce(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "in.jsonl")
+	cpDir := filepath.Join(dir, "state")
+	if err := os.Mkdir(cpDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cpPath := filepath.Join(cpDir, "in.checkpoint")
+	orig := `{"key":"k","payload":1}` + "\n" + `{"key":"k","payload":2}` + "\n" + `{"key":"k","payload":3}` + "\n"
+	writeFile(t, path, orig)
+	s, _ := open(t, Options{Path: path, Checkpoint: cpPath})
+	got := drain(t, s)
+	if len(got) != 3 {
+		t.Fatalf("%d deliveries", len(got))
+	}
+	for _, d := range got {
+		d.Attempt = 1
+	}
+	dead := got[1].Message.Clone()
+	dead.Headers[engine.HeaderDeadLetterReason] = "boom"
+	batch := []engine.Settlement{
+		{Delivery: got[0], Action: engine.ActRequeue, Copy: got[0].RetryCopy()},
+		{Delivery: got[1], Action: engine.ActDeadLetter, Copy: dead, DeadLetterKey: "k.dlq"},
+		{Delivery: got[2], Action: engine.ActAck},
+	}
+
+	// The checkpoint's folder is gone for a moment (a read-only folder would not stop root).
+	if err := os.Rename(cpDir, cpDir+".away"); err != nil {
+		t.Fatal(err)
+	}
+	fs := faults(t, s.Settle(context.Background(), batch))
+	if len(fs) != 3 {
+		t.Fatalf("faults = %+v, want one per delivery", fs)
+	}
+	for i, f := range fs {
+		if f.Index != i || f.Command != "checkpoint" || f.Key != cpPath || f.Reason != "not_found" || !f.Permanent || !errors.Is(f.Err, os.ErrNotExist) {
+			t.Errorf("fault %d = %+v", i, f)
+		}
+	}
+	want := orig +
+		`{"key":"k","headers":{"x-retry-count":"1"},"payload":1}` + "\n" +
+		`{"key":"k.dlq","headers":{"x-dead-letter-reason":"boom"},"payload":2}` + "\n"
+	if g := readFile(t, path); g != want {
+		t.Fatalf("after the failed save, file =\n%s\nwant\n%s", g, want)
+	}
+
+	if err := os.Rename(cpDir+".away", cpDir); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the resend, and once more for good measure
+		if err := s.Settle(context.Background(), batch); err != nil {
+			t.Fatalf("resend: %v", err)
+		}
+	}
+	if g := readFile(t, path); g != want {
+		t.Fatalf("after the resend, file =\n%s\nwant each copy once:\n%s", g, want)
+	}
+	if g, w := readCheckpoint(t, cpPath), fmt.Sprintf(`{"offset":%d,"line":3}`, len(orig)); g != w {
+		t.Fatalf("checkpoint = %s, want %s", g, w)
+	}
+}
+
+// A transient failure to save the checkpoint (a full disk) is a transient fault; the resend
+// saves it and appends nothing again.
+func TestSettleCheckpointTransient(t *testing.T) {
+	dir := t.TempDir()
+	path, cpPath := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "in.checkpoint")
+	writeFile(t, path, `{"key":"k","payload":1}`+"\n")
+	s, _ := open(t, Options{Path: path, Checkpoint: cpPath})
+	got := drain(t, s)
+	got[0].Attempt = 1
+	batch := []engine.Settlement{{Delivery: got[0], Action: engine.ActRequeue, Copy: got[0].RetryCopy()}}
+
+	full := &os.PathError{Op: "write", Path: cpPath, Err: syscall.ENOSPC}
+	writeCheckpoint = func(string, []byte) error { return full }
+	f := onlyFault(t, s.Settle(context.Background(), batch))
+	writeCheckpoint = writeFileAtomic
+	if f.Command != "checkpoint" || f.Reason != "no_space" || f.Permanent {
+		t.Fatalf("fault = %+v, want a transient no_space checkpoint fault", f)
+	}
+	if err := s.Settle(context.Background(), batch); err != nil {
+		t.Fatalf("resend: %v", err)
+	}
+	if n := strings.Count(readFile(t, path), `"x-retry-count":"1"`); n != 1 {
+		t.Fatalf("%d copies in the file, want 1", n)
+	}
+}
+
+// A stream file that cannot be written: the copies are permanent faults, the ack is settled.
+func TestSettleReadOnlyFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in.jsonl")
+	writeFile(t, path, `{"key":"k","payload":1}`+"\n"+`{"key":"k","payload":2}`+"\n")
+	if err := os.Chmod(path, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 { // root writes to a read-only file: fail the write as the kernel would
+		appendWrite = func(*os.File, []byte) (int, error) {
+			return 0, &os.PathError{Op: "write", Path: path, Err: syscall.EACCES}
+		}
+		t.Cleanup(func() { appendWrite = (*os.File).Write })
+	}
+	s, _ := open(t, Options{Path: path})
+	got := drain(t, s)
+	got[0].Attempt = 1
+	f := onlyFault(t, s.Settle(context.Background(), []engine.Settlement{
+		{Delivery: got[0], Action: engine.ActRequeue, Copy: got[0].RetryCopy()},
+		{Delivery: got[1], Action: engine.ActAck},
+	}))
+	if f.Index != 0 || f.Command != "append" || f.Key != path || f.Reason != "permission" || !f.Permanent {
+		t.Fatalf("fault = %+v", f)
+	}
+}
+
+// A write cut short by a full disk: the copies written whole count, the others are resent.
+func TestSettlePartialAppend(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in.jsonl")
+	orig := `{"key":"k","payload":1}` + "\n" + `{"key":"k","payload":2}` + "\n" + `{"key":"k","payload":3}` + "\n"
+	writeFile(t, path, orig)
+	s, _ := open(t, Options{Path: path})
+	got := drain(t, s)
+	var batch []engine.Settlement
+	for _, d := range got {
+		d.Attempt = 1
+		batch = append(batch, engine.Settlement{Delivery: d, Action: engine.ActRequeue, Copy: d.RetryCopy()})
+	}
+	copyLine := func(n int) string {
+		return fmt.Sprintf(`{"key":"k","headers":{"x-retry-count":"1"},"payload":%d}`+"\n", n)
+	}
+
+	// The first copy and half of the second reach the file, then the disk is full.
+	limit := len(copyLine(1)) + 10
+	appendWrite = func(f *os.File, b []byte) (int, error) {
+		n, _ := f.Write(b[:limit])
+		return n, &os.PathError{Op: "write", Path: path, Err: syscall.ENOSPC}
+	}
+	fs := faults(t, s.Settle(context.Background(), batch))
+	appendWrite = (*os.File).Write
+	if len(fs) != 2 || fs[0].Index != 1 || fs[1].Index != 2 {
+		t.Fatalf("faults = %+v, want deliveries 1 and 2", fs)
+	}
+	for _, f := range fs {
+		if f.Command != "append" || f.Reason != "no_space" || f.Permanent {
+			t.Fatalf("fault = %+v, want a transient append fault", f)
+		}
+	}
+	if err := s.Settle(context.Background(), batch); err != nil { // the engine's resend
+		t.Fatalf("resend: %v", err)
+	}
+	// The cut-off copy stays a malformed line of its own; every copy is whole exactly once.
+	want := orig + copyLine(1) + copyLine(2)[:10] + "\n" + copyLine(2) + copyLine(3)
+	if g := readFile(t, path); g != want {
+		t.Fatalf("file =\n%s\nwant\n%s", g, want)
+	}
+}
+
+// Requeue reports the copies it did not write whole, by index.
+func TestRequeuePartial(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in.jsonl")
+	writeFile(t, path, "")
+	s, _ := open(t, Options{Path: path})
+	msgs := []*engine.Message{{Key: "a", Payload: []byte("1")}, {Key: "b", Payload: []byte("2")}}
+	appendWrite = func(f *os.File, b []byte) (int, error) {
+		n, _ := f.Write(b[:len(`{"key":"a","payload":1}`+"\n")])
+		return n, &os.PathError{Op: "write", Path: path, Err: syscall.EIO}
+	}
+	err := s.Requeue(context.Background(), msgs)
+	appendWrite = (*os.File).Write
+	f := onlyFault(t, err)
+	if f.Index != 1 || f.Reason != "io" || f.Permanent {
+		t.Fatalf("fault = %+v", f)
+	}
+}
+
+// A failed fsync is permanent: the delivery is never settled in this process, so the checkpoint
+// stays before it, and a resend does not append its copy again.
+func TestSettleFsyncFailure(t *testing.T) {
+	dir := t.TempDir()
+	path, cpPath := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "in.checkpoint")
+	writeFile(t, path, `{"key":"k","payload":1}`+"\n"+`{"key":"k","payload":2}`+"\n")
+	s, _ := open(t, Options{Path: path, Checkpoint: cpPath})
+	got := drain(t, s)
+	got[0].Attempt = 1
+	batch := []engine.Settlement{
+		{Delivery: got[0], Action: engine.ActRequeue, Copy: got[0].RetryCopy()},
+		{Delivery: got[1], Action: engine.ActAck},
+	}
+	appendSync = func(*os.File) error { return &os.PathError{Op: "sync", Path: path, Err: syscall.EIO} }
+	f := onlyFault(t, s.Settle(context.Background(), batch))
+	appendSync = (*os.File).Sync
+	if f.Index != 0 || f.Command != "fsync" || f.Reason != "fsync" || !f.Permanent {
+		t.Fatalf("fault = %+v", f)
+	}
+	f = onlyFault(t, s.Settle(context.Background(), batch[:1]))
+	if f.Command != "fsync" {
+		t.Fatalf("resend: fault = %+v", f)
+	}
+	if n := strings.Count(readFile(t, path), `"x-retry-count":"1"`); n != 1 {
+		t.Fatalf("%d copies, want 1", n)
+	}
+	// Line 2 is settled, line 1 is not: the checkpoint stays before line 1.
+	if g := readCheckpoint(t, cpPath); g != `{"offset":0,"line":0,"settled":[[2,2]]}` {
+		t.Fatalf("checkpoint = %s", g)
+	}
+}
+
+// With no key, the source reads every key but the pipeline's dead letter (SPEC §2).
+func TestDeadLetterKeyNeverRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in.jsonl")
+	writeFile(t, path, `{"key":"a","payload":1}`+"\n"+`{"key":"dlq","payload":2}`+"\n"+`{"key":"b","payload":3}`+"\n")
+	for _, key := range []string{"", "a"} {
+		s, _ := open(t, Options{Path: path, Key: key, DeadLetter: "dlq"})
+		got := drain(t, s)
+		for _, d := range got {
+			if d.Key == "dlq" {
+				t.Fatalf("key %q: delivered dead letter at line %s", key, d.ID)
+			}
+		}
+		if key == "" && !equalStrings(ids(got), []string{"1", "3"}) {
+			t.Fatalf("ids = %v, want [1 3]", ids(got))
+		}
+	}
+}
+
+// Through the engine: a checkpoint save that fails once makes the engine send the batch again,
+// and each copy and dead letter is in the file once.
+func TestEngineResendAfterCheckpointFailure(t *testing.T) {
+	dir := t.TempDir()
+	path, cpPath := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "in.checkpoint")
+	writeFile(t, path, `{"key":"k","payload":"retry"}`+"\n"+`{"key":"k","payload":"dead"}`+"\n"+`{"key":"k","payload":"ok"}`+"\n")
+	s, _ := open(t, Options{Path: path, Checkpoint: cpPath, DeadLetter: "k.dlq"})
+
+	var saves atomic.Int32
+	writeCheckpoint = func(name string, data []byte) error {
+		if saves.Add(1) <= 2 {
+			return &os.PathError{Op: "write", Path: name, Err: syscall.ENOSPC}
+		}
+		return writeFileAtomic(name, data)
+	}
+	t.Cleanup(func() { writeCheckpoint = writeFileAtomic })
+
+	h := engine.HandlerFunc(func(_ context.Context, d *engine.Delivery) engine.Result {
+		switch {
+		case string(d.Payload) == "retry" && d.Attempt == 1:
+			return engine.Result{Outcome: engine.Retry()}
+		case string(d.Payload) == "dead":
+			return engine.Result{Outcome: engine.DeadLetter("no")}
+		}
+		return engine.Result{Outcome: engine.Ack()}
+	})
+	eng := engine.New(engine.Options{}, &engine.Pipeline{
+		Name: "p", Source: s, Handler: h, Concurrency: 1, MaxAttempts: 3, DeadLetter: "k.dlq",
+		ShutdownTimeout: 5 * time.Second, Logger: zerolog.Nop(),
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := eng.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if saves.Load() <= 2 {
+		t.Fatalf("%d checkpoint saves: the failure was not retried", saves.Load())
+	}
+	data := readFile(t, path)
+	if n := strings.Count(data, `"x-retry-count":"1"`); n != 1 {
+		t.Errorf("%d retry copies, want 1:\n%s", n, data)
+	}
+	if n := strings.Count(data, `"key":"k.dlq"`); n != 1 {
+		t.Errorf("%d dead letters, want 1:\n%s", n, data)
+	}
+	if n := strings.Count(data, "\n"); n != 5 {
+		t.Errorf("%d lines, want 5:\n%s", n, data)
 	}
 }

@@ -2,7 +2,7 @@
 // standard input in practice. Deliveries have no id; malformed lines are logged with their line
 // number and skipped. Retry copies leave on the output stream under Options.OutRetry, dead
 // letters under their dead-letter key, through the codec.LineWriter that record emits share, so
-// lines never interleave.
+// lines never interleave. Settle is idempotent per delivery: a copy is written once.
 package pipe
 
 import (
@@ -10,7 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/rs/zerolog"
 
@@ -138,7 +141,7 @@ func (s *Source) decode(n int64, line []byte, lineErr error) *engine.Delivery {
 	if s.opts.Key != "" && m.Key != s.opts.Key {
 		return nil
 	}
-	return &engine.Delivery{Message: m}
+	return &engine.Delivery{Message: m, Token: &token{}}
 }
 
 func blank(line []byte) bool {
@@ -150,49 +153,105 @@ func blank(line []byte) bool {
 	return true
 }
 
-// Settle writes the batch's copies in one write: retry copies under OutRetry, dead letters
-// under their key. Acknowledging is nothing on a pipe.
+// output is the Key of a fault: what fails is the output stream, whatever the record's key.
+const output = "stdout"
+
+// token is what Delivery.Token holds: whether the delivery's copy is written, so that a batch
+// sent again after a failed write never writes a copy twice. Only Settle, on its one goroutine,
+// writes it.
+type token struct{ written bool }
+
+// Settle writes the batch's copies, one write per copy, in order: retry copies under OutRetry,
+// dead letters under their key. Acknowledging is nothing on a pipe. A failed write is a fault
+// of that delivery and of those after it (engine.SettleError); the copies written before it are
+// marked on their tokens and never written again.
+//
+// A closed output (EPIPE: the reader has gone; os.ErrClosed) and a permission error are
+// permanent: nothing written there will ever arrive, and the delivery has no acknowledgement to
+// keep it. Anything else (EAGAIN, ENOSPC or EIO when stdout is a file) is transient: the engine
+// writes it again with backoff.
 func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
-	var (
-		errs []error
-		out  []*engine.Message
-	)
-	for _, st := range batch {
+	var se engine.SettleError
+	for i, st := range batch {
 		var key string
 		switch st.Action {
 		case engine.ActAck:
 			continue
 		case engine.ActRequeue:
 			if s.opts.OutRetry == "" {
-				errs = append(errs, fmt.Errorf("pipe: retry copy without out_retry: %w", engine.ErrUnsupported))
+				se.Add(fault(i, "write", output, fmt.Errorf("pipe: retry copy without out_retry: %w", engine.ErrUnsupported)))
 				continue
 			}
 			key = s.opts.OutRetry
 		case engine.ActDeadLetter:
 			if st.DeadLetterKey == "" {
-				errs = append(errs, errors.New("pipe: dead letter without a key"))
+				se.Add(fault(i, "write", output, fmt.Errorf("pipe: dead letter without a key: %w", engine.ErrPermanent)))
 				continue
 			}
 			key = st.DeadLetterKey
 		default:
-			errs = append(errs, fmt.Errorf("pipe: %s: %w", st.Action, engine.ErrUnsupported))
+			se.Add(fault(i, st.Action.String(), output, fmt.Errorf("pipe: %s: %w", st.Action, engine.ErrUnsupported)))
 			continue
 		}
+		tok, _ := tokenOf(st.Delivery)
+		if tok != nil && tok.written {
+			continue // written by an earlier try
+		}
 		if st.Copy == nil {
-			errs = append(errs, fmt.Errorf("pipe: %s without a copy", st.Action))
+			se.Add(fault(i, "write", output, fmt.Errorf("pipe: %s without a copy: %w", st.Action, engine.ErrPermanent)))
 			continue
 		}
 		c := *st.Copy
 		c.Key = key
-		out = append(out, &c)
+		if err := s.out.WriteRecords(&c); err != nil {
+			// Stop at the first failed write, so copies keep their order on the output.
+			err = fmt.Errorf("pipe: %w", err)
+			for j := i; j < len(batch); j++ {
+				if batch[j].Action != engine.ActAck {
+					se.Add(fault(j, "write", output, err))
+				}
+			}
+			break
+		}
+		if tok != nil {
+			tok.written = true
+		}
 	}
-	if err := s.out.WriteRecords(out...); err != nil {
-		errs = append(errs, fmt.Errorf("pipe: %w", err))
-	}
-	return errors.Join(errs...)
+	return se.Err()
 }
 
-// Requeue writes runtime copies that came due under OutRetry.
+func tokenOf(d *engine.Delivery) (*token, bool) {
+	if d == nil {
+		return nil, false
+	}
+	tok, ok := d.Token.(*token)
+	return tok, ok
+}
+
+// fault describes delivery i's failed settlement, classified as Settle says.
+func fault(i int, command, key string, err error) engine.Fault {
+	f := engine.Fault{Index: i, Command: command, Key: key, Err: err}
+	switch {
+	case errors.Is(err, engine.ErrUnsupported):
+		f.Reason, f.Permanent = "unsupported", true
+	case errors.Is(err, engine.ErrPermanent):
+		f.Reason, f.Permanent = "invalid", true
+	case errors.Is(err, syscall.EPIPE), errors.Is(err, os.ErrClosed):
+		f.Reason, f.Permanent = "closed", true
+	case errors.Is(err, fs.ErrPermission):
+		f.Reason, f.Permanent = "permission", true
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		f.Reason = "no_space"
+	case errors.Is(err, syscall.EIO):
+		f.Reason = "io"
+	default:
+		f.Reason = "error"
+	}
+	return f
+}
+
+// Requeue writes runtime copies that came due under OutRetry, one write per copy. A failed
+// write is an engine.SettleError naming (by index into msgs) the copies not written.
 func (s *Source) Requeue(ctx context.Context, msgs []*engine.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -200,14 +259,17 @@ func (s *Source) Requeue(ctx context.Context, msgs []*engine.Message) error {
 	if s.opts.OutRetry == "" {
 		return fmt.Errorf("pipe: retry copy without out_retry: %w", engine.ErrUnsupported)
 	}
-	out := make([]*engine.Message, len(msgs))
 	for i, m := range msgs {
 		c := *m
 		c.Key = s.opts.OutRetry
-		out[i] = &c
-	}
-	if err := s.out.WriteRecords(out...); err != nil {
-		return fmt.Errorf("pipe: %w", err)
+		if err := s.out.WriteRecords(&c); err != nil {
+			err = fmt.Errorf("pipe: %w", err)
+			var se engine.SettleError
+			for j := i; j < len(msgs); j++ {
+				se.Add(fault(j, "write", output, err))
+			}
+			return se.Err()
+		}
 	}
 	return nil
 }

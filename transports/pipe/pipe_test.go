@@ -7,8 +7,10 @@ import (
 	"errors"
 	"io"
 	"maps"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -180,9 +182,9 @@ func TestCancelWhileSending(t *testing.T) {
 func TestSettle(t *testing.T) {
 	var out bytes.Buffer
 	s := New(Options{OutRetry: "orders.retry"}, strings.NewReader(""), codec.NewLineWriter(&out), zerolog.Nop())
-	d1 := &engine.Delivery{Message: engine.Message{Key: "orders", Headers: map[string]string{}, Payload: []byte(`{"id":1}`)}, Attempt: 1}
-	d2 := &engine.Delivery{Message: engine.Message{Key: "orders", Headers: map[string]string{"h": "v"}, Payload: []byte("text")}, Attempt: 3}
-	d3 := &engine.Delivery{Message: engine.Message{Key: "orders", Headers: map[string]string{}, Payload: []byte("3")}, Attempt: 1}
+	d1 := &engine.Delivery{Message: engine.Message{Key: "orders", Headers: map[string]string{}, Payload: []byte(`{"id":1}`)}, Attempt: 1, Token: &token{}}
+	d2 := &engine.Delivery{Message: engine.Message{Key: "orders", Headers: map[string]string{"h": "v"}, Payload: []byte("text")}, Attempt: 3, Token: &token{}}
+	d3 := &engine.Delivery{Message: engine.Message{Key: "orders", Headers: map[string]string{}, Payload: []byte("3")}, Attempt: 1, Token: &token{}}
 	dead := d2.Message.Clone()
 	dead.Headers[engine.HeaderDeadLetterReason] = "boom"
 	retry := d1.RetryCopy()
@@ -210,8 +212,9 @@ func TestSettle(t *testing.T) {
 
 	out.Reset()
 	for _, act := range []engine.Action{engine.ActLeave, engine.ActDelay} {
-		if err := s.Settle(context.Background(), []engine.Settlement{{Delivery: d1, Action: act, Copy: retry}}); !errors.Is(err, engine.ErrUnsupported) {
-			t.Errorf("%s: err = %v, want ErrUnsupported", act, err)
+		f := onlyFault(t, s.Settle(context.Background(), []engine.Settlement{{Delivery: d1, Action: act, Copy: retry}}))
+		if !errors.Is(f.Err, engine.ErrUnsupported) || !f.Permanent {
+			t.Errorf("%s: fault = %+v, want a permanent ErrUnsupported", act, f)
 		}
 	}
 	if err := s.Settle(context.Background(), []engine.Settlement{{Delivery: d1, Action: engine.ActAck}}); err != nil {
@@ -226,13 +229,89 @@ func TestNoOutRetry(t *testing.T) {
 	var out bytes.Buffer
 	s := New(Options{}, strings.NewReader(""), codec.NewLineWriter(&out), zerolog.Nop())
 	d := &engine.Delivery{Message: engine.Message{Key: "k", Headers: map[string]string{}}, Attempt: 1}
-	if err := s.Settle(context.Background(), []engine.Settlement{{Delivery: d, Action: engine.ActRequeue, Copy: d.RetryCopy()}}); !errors.Is(err, engine.ErrUnsupported) {
-		t.Fatalf("Settle = %v", err)
+	if f := onlyFault(t, s.Settle(context.Background(), []engine.Settlement{{Delivery: d, Action: engine.ActRequeue, Copy: d.RetryCopy()}})); !errors.Is(f.Err, engine.ErrUnsupported) || !f.Permanent {
+		t.Fatalf("fault = %+v", f)
 	}
 	if err := s.Requeue(context.Background(), []*engine.Message{{Key: "k"}}); !errors.Is(err, engine.ErrUnsupported) {
 		t.Fatalf("Requeue = %v", err)
 	}
 	if out.Len() != 0 {
 		t.Fatalf("wrote %q", out.String())
+	}
+}
+
+func onlyFault(t *testing.T, err error) engine.Fault {
+	t.Helper()
+	var se *engine.SettleError
+	if !errors.As(err, &se) || len(se.Faults) != 1 {
+		t.Fatalf("Settle = %v, want an *engine.SettleError with one fault", err)
+	}
+	return se.Faults[0]
+}
+
+// flakyWriter fails its writes from the fail-th on with err, until healed.
+type flakyWriter struct {
+	bytes.Buffer
+	writes, fail int
+	err          error
+}
+
+func (w *flakyWriter) Write(p []byte) (int, error) {
+	w.writes++
+	if w.fail > 0 && w.writes >= w.fail {
+		return 0, w.err
+	}
+	return w.Buffer.Write(p)
+}
+
+// A write that fails part way through a batch: the copies before it are marked written, so the
+// engine's resend writes each copy exactly once, in order.
+func TestSettleResendWritesOnce(t *testing.T) {
+	out := &flakyWriter{fail: 2, err: &os.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.EAGAIN}}
+	s := New(Options{OutRetry: "r"}, strings.NewReader(""), codec.NewLineWriter(out), zerolog.Nop())
+	var batch []engine.Settlement
+	for i := range 3 {
+		d := &engine.Delivery{Message: engine.Message{Key: "k", Payload: []byte{'1' + byte(i)}}, Attempt: 1, Token: &token{}}
+		batch = append(batch, engine.Settlement{Delivery: d, Action: engine.ActRequeue, Copy: d.RetryCopy()})
+	}
+	batch = append(batch, engine.Settlement{Delivery: &engine.Delivery{Token: &token{}}, Action: engine.ActAck})
+
+	var se *engine.SettleError
+	if err := s.Settle(context.Background(), batch); !errors.As(err, &se) {
+		t.Fatalf("Settle = %v", err)
+	}
+	if len(se.Faults) != 2 || se.Faults[0].Index != 1 || se.Faults[1].Index != 2 {
+		t.Fatalf("faults = %+v, want deliveries 1 and 2", se.Faults)
+	}
+	for _, f := range se.Faults {
+		if f.Permanent || f.Command != "write" || f.Key != "stdout" {
+			t.Fatalf("fault = %+v, want a transient write fault", f)
+		}
+	}
+	out.fail = 0
+	if err := s.Settle(context.Background(), batch); err != nil { // the engine's resend
+		t.Fatalf("resend: %v", err)
+	}
+	want := `{"key":"r","headers":{"x-retry-count":"1"},"payload":1}` + "\n" +
+		`{"key":"r","headers":{"x-retry-count":"1"},"payload":2}` + "\n" +
+		`{"key":"r","headers":{"x-retry-count":"1"},"payload":3}` + "\n"
+	if out.String() != want {
+		t.Fatalf("stdout =\n%s\nwant each copy once:\n%s", out.String(), want)
+	}
+}
+
+// A reader that has gone (EPIPE) is permanent: the engine does not write there again.
+func TestSettleBrokenPipe(t *testing.T) {
+	out := &flakyWriter{fail: 1, err: &os.PathError{Op: "write", Path: "|1", Err: syscall.EPIPE}}
+	s := New(Options{OutRetry: "r"}, strings.NewReader(""), codec.NewLineWriter(out), zerolog.Nop())
+	d := &engine.Delivery{Message: engine.Message{Key: "k"}, Attempt: 1, Token: &token{}}
+	dead := d.Message.Clone()
+	f := onlyFault(t, s.Settle(context.Background(), []engine.Settlement{{Delivery: d, Action: engine.ActDeadLetter, Copy: dead, DeadLetterKey: "k.dlq"}}))
+	if !f.Permanent || f.Reason != "closed" || !errors.Is(f.Err, syscall.EPIPE) {
+		t.Fatalf("fault = %+v", f)
+	}
+	var se *engine.SettleError
+	if err := s.Requeue(context.Background(), []*engine.Message{{Key: "k"}}); !errors.As(err, &se) || se.Faults[0].Reason != "closed" {
+		t.Fatalf("Requeue = %v", err)
 	}
 }
