@@ -37,6 +37,10 @@ func Classify(err error) (reason string, permanent bool) {
 		case "NOPERM", "WRONGTYPE", "NOSCRIPT", "EXECABORT":
 			return strings.ToLower(code), true
 		case "ERR":
+			// Inside a script, Redis 7.0 refuses a command the ACL does not grant with an ERR.
+			if strings.Contains(msg, "can't run this command") || strings.Contains(msg, "no permissions") {
+				return "noperm", true
+			}
 			if strings.Contains(msg, "script") || strings.Contains(msg, "Script") {
 				return "script", true
 			}

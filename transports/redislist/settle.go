@@ -115,7 +115,11 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 	}
 	for j, i := range copies {
 		if serr != nil {
-			se.Add(redisconn.Fault(i, "evalsha", s.opts.Processing, serr, s.secrets...))
+			key := s.opts.Key
+			if batch[i].Action == engine.ActDeadLetter {
+				key = deadLetterKey(batch[i])
+			}
+			se.Add(redisconn.Fault(i, "evalsha", key, serr, s.secrets...))
 			continue
 		}
 		r, _ := res[j].(string)

@@ -226,8 +226,10 @@ func (s *Source) scriptResults(ops []copyOp, script *redis.Cmd, pipeErr error, d
 		err = fmt.Errorf("settle script: %d results for %d copies", len(res), len(ops))
 	}
 	if err != nil {
+		// The script as a whole was refused (e.g. NOPERM on one of its keys): name each copy's
+		// own destination, the key an operator has to look at.
 		for _, op := range ops {
-			fail(op.idx, "evalsha", s.o.Stream, err)
+			fail(op.idx, "evalsha", op.key, err)
 		}
 		return done
 	}
