@@ -24,6 +24,12 @@ type Decision struct {
 	Note string
 	// Label is the outcome as counted in metrics and logs.
 	Label string
+
+	// Emits are the handler's messages, written by the settler before the settlement; Cause is
+	// the handler's error, kept for the log line. Neither is the policy's business: they ride
+	// along so that a decision is logged and counted once its emits are known to be written.
+	Emits []Emit
+	Cause error
 }
 
 // Labels that are not plain outcome kinds.

@@ -247,42 +247,19 @@ func (r *runner) handle(ctx context.Context, d *Delivery) Decision {
 	r.metrics.HandlerDuration(time.Since(start))
 	r.metrics.Inflight(-1)
 
-	if res.Err == nil && len(res.Emits) > 0 {
-		// Emits are written before the delivery is settled: a failure to write them is a retry.
-		if err := r.emit(ctx, res.Emits); err != nil {
-			res.Err = err
-			res.Outcome = Retry()
-		}
-	}
 	if res.Err != nil && (res.Outcome.Kind == KindAck || res.Outcome.Kind == KindDrop) {
 		res.Outcome = Retry()
 	}
 	dec := r.policy.Decide(d, res.Outcome, res.Err, time.Now())
+	if res.Err == nil && len(res.Emits) > 0 {
+		// The settler writes the emits, batched with other deliveries', before settling; it
+		// logs and counts the decision once it knows they were written.
+		dec.Emits = res.Emits
+		return dec
+	}
+	dec.Cause = res.Err
 	r.logDecision(d, dec, res.Err)
 	return dec
-}
-
-func (r *runner) emit(ctx context.Context, emits []Emit) error {
-	// Group consecutive emits to one target into one Publish.
-	for i := 0; i < len(emits); {
-		j := i + 1
-		for j < len(emits) && emits[j].Target == emits[i].Target {
-			j++
-		}
-		sink, err := r.e.sink(emits[i].Target)
-		if err != nil {
-			return fmt.Errorf("emit %s: %w", emits[i].Target.Kind, err)
-		}
-		msgs := make([]*Message, 0, j-i)
-		for _, em := range emits[i:j] {
-			msgs = append(msgs, em.Message)
-		}
-		if err := sink.Publish(ctx, msgs...); err != nil {
-			return fmt.Errorf("emit %s %s: %w", emits[i].Target.Kind, emits[i].Message.Key, err)
-		}
-		i = j
-	}
-	return nil
 }
 
 func (r *runner) logDecision(d *Delivery, dec Decision, err error) {

@@ -294,3 +294,64 @@ func TestSlowSinkCreationBlocksOnlyItsTarget(t *testing.T) {
 	}
 	close(slow)
 }
+
+// batchSink fails the message whose key is "bad" and counts Publish calls.
+type batchSink struct {
+	mu    sync.Mutex
+	calls int
+	msgs  []string
+}
+
+func (b *batchSink) Publish(_ context.Context, msgs ...*Message) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls++
+	var se SettleError
+	for i, m := range msgs {
+		if m.Key == "bad" {
+			se.Add(Fault{Index: i, Command: "xadd", Key: "bad", Reason: "noperm", Permanent: true, Err: errors.New("NOPERM")})
+			continue
+		}
+		b.msgs = append(b.msgs, m.Key)
+	}
+	return se.Err()
+}
+
+// Emits go out with the settlements: one Publish per target for many deliveries, written before
+// any of them is settled; an emit that fails makes only its delivery a retry.
+func TestEmitsAreBatchedAndFailPerDelivery(t *testing.T) {
+	const n = 300
+	src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: deliveries(n)}
+	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
+		key := "out"
+		if d.ID == "7" {
+			key = "bad"
+		}
+		return Result{Outcome: Ack(), Emits: []Emit{{Target: Target{Kind: "stream"}, Message: &Message{Key: key}}}}
+	})
+	p.Concurrency = 8
+	sink := &batchSink{}
+	if err := run(t, context.Background(), Options{Sinks: func(Target) (Sink, error) { return sink, nil }}, p); err != nil {
+		t.Fatal(err)
+	}
+	settled, _, _ := src.snapshot()
+	if len(settled) != n {
+		t.Fatalf("settled %d, want %d", len(settled), n)
+	}
+	for _, s := range settled {
+		want := ActAck
+		if s.Delivery.ID == "7" {
+			want = ActRequeue
+		}
+		if s.Action != want {
+			t.Errorf("delivery %s: %s, want %s", s.Delivery.ID, s.Action, want)
+		}
+	}
+	if len(sink.msgs) != n-1 {
+		t.Errorf("emitted %d, want %d", len(sink.msgs), n-1)
+	}
+	t.Logf("%d deliveries emitted in %d Publish calls", n, sink.calls)
+	if sink.calls >= n/2 {
+		t.Errorf("%d Publish calls for %d deliveries: emits are not batched", sink.calls, n)
+	}
+}

@@ -100,6 +100,7 @@ more:
 			break more
 		}
 	}
+	s.emit(s.batch)
 	if len(s.retry) > 0 && time.Now().Before(s.retryAt) {
 		// Resends wait for their backoff; new decisions go now, on their own.
 		s.settleCall(s.batch)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/engine"
 )
 
 // ExecPipe runs a pipeline and returns the error that failed it as a whole, or nil when the
@@ -51,4 +53,35 @@ func ExecWrites[C redis.Cmder](ctx context.Context, client redis.UniversalClient
 		}
 	}
 	return nil
+}
+
+// ExecFaults runs a sink's pipeline of writes and names what failed, per message, as an
+// *engine.SettleError (nil when everything was written). Command j wrote the messages
+// owners[j]; a nil owners means command j wrote message j. A fault carries the command's name,
+// its key (first argument) and Redis's own error, passwords redacted.
+func ExecFaults[C redis.Cmder](ctx context.Context, client redis.UniversalClient, pipe redis.Pipeliner, cmds []C, owners [][]int) error {
+	err := ExecPipe(ctx, pipe)
+	var se engine.SettleError
+	secrets := SecretsOf(client)
+	for j, c := range cmds {
+		cerr := c.Err()
+		if cerr == nil {
+			cerr = err
+		}
+		if cerr == nil {
+			continue
+		}
+		key := ""
+		if args := c.Args(); len(args) > 1 {
+			key = fmt.Sprint(args[1])
+		}
+		if owners == nil {
+			se.Add(Fault(j, c.Name(), key, cerr, secrets...))
+			continue
+		}
+		for _, i := range owners[j] {
+			se.Add(Fault(i, c.Name(), key, cerr, secrets...))
+		}
+	}
+	return se.Err()
 }

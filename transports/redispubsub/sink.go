@@ -21,7 +21,7 @@ type sink struct {
 func NewSink(client redis.UniversalClient) engine.Sink { return sink{client: client} }
 
 // Publish PUBLISHes msgs in order, pipelined. A message nobody is subscribed to is not an error
-// (Pub/Sub keeps nothing).
+// (Pub/Sub keeps nothing). A failure is named per message (engine.SettleError).
 func (k sink) Publish(ctx context.Context, msgs ...*engine.Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -34,5 +34,5 @@ func (k sink) Publish(ctx context.Context, msgs ...*engine.Message) error {
 		}
 		cmds[i] = pipe.Publish(ctx, m.Key, codec.EncodeEnvelope(m))
 	}
-	return redisconn.ExecWrites(ctx, k.client, pipe, cmds, "redispubsub: publish")
+	return redisconn.ExecFaults(ctx, k.client, pipe, cmds, nil)
 }

@@ -3,7 +3,6 @@ package redisstream
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/redis/go-redis/v9"
 
@@ -18,35 +17,19 @@ type sink struct{ client redis.UniversalClient }
 // NewSink returns a stream sink on client, which stays the caller's.
 func NewSink(client redis.UniversalClient) engine.Sink { return sink{client: client} }
 
-// Publish writes msgs in order. On a partial failure the messages before the first failed one
-// are written; the error says how many failed.
+// Publish writes msgs in order, in one pipeline. A failure is named per message
+// (engine.SettleError); the other messages are written.
 func (k sink) Publish(ctx context.Context, msgs ...*engine.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	for _, m := range msgs {
+	pipe := k.client.Pipeline()
+	cmds := make([]*redis.StringCmd, len(msgs))
+	for i, m := range msgs {
 		if m.Key == "" {
 			return errors.New("redisstream: emit without a key")
 		}
+		cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: m.Key, ID: "*", Values: Fields(m)})
 	}
-	cmds, err := k.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, m := range msgs {
-			p.XAdd(ctx, &redis.XAddArgs{Stream: m.Key, ID: "*", Values: Fields(m)})
-		}
-		return nil
-	})
-	if err == nil {
-		return nil
-	}
-	var errs []error
-	for i, c := range cmds {
-		if c.Err() != nil {
-			errs = append(errs, fmt.Errorf("xadd %s: %w", msgs[i].Key, c.Err()))
-		}
-	}
-	if len(errs) == 0 {
-		errs = append(errs, err)
-	}
-	return redisconn.RedactError(fmt.Errorf("redisstream: emit: %d of %d failed: %w",
-		len(errs), len(msgs), errors.Join(errs...)), redisconn.SecretsOf(k.client)...)
+	return redisconn.ExecFaults(ctx, k.client, pipe, cmds, nil)
 }

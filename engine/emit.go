@@ -1,0 +1,90 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+)
+
+// emitTarget is one target's messages of a settle batch, in order: deliveries in batch order,
+// each delivery's emits in the order its handler gave them.
+type emitTarget struct {
+	target Target
+	msgs   []*Message
+	owner  []int // index into the batch of the decision each message belongs to
+}
+
+// emit writes the emits of a batch of decisions before any of them is settled (SPEC §7): one
+// Publish per target for the whole batch, targets in the order they first appear. A delivery
+// whose emit fails becomes a retry and nothing else; its emits to later targets are not written.
+// Then every decision that carried emits is logged and counted with its final outcome.
+func (s *settler) emit(decs []Decision) {
+	var targets []*emitTarget
+	any := false
+	for i := range decs {
+		for _, em := range decs[i].Emits {
+			any = true
+			var t *emitTarget
+			for _, x := range targets {
+				if x.target == em.Target {
+					t = x
+					break
+				}
+			}
+			if t == nil {
+				t = &emitTarget{target: em.Target}
+				targets = append(targets, t)
+			}
+			t.msgs = append(t.msgs, em.Message)
+			t.owner = append(t.owner, i)
+		}
+	}
+	if !any {
+		return
+	}
+	failed := map[int]error{}
+	for _, t := range targets {
+		msgs, owner := t.msgs, t.owner
+		if len(failed) > 0 {
+			msgs, owner = nil, nil
+			for j, m := range t.msgs {
+				if _, bad := failed[t.owner[j]]; !bad {
+					msgs, owner = append(msgs, m), append(owner, t.owner[j])
+				}
+			}
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		sink, err := s.r.e.sink(t.target)
+		if err == nil {
+			err = sink.Publish(s.grace, msgs...)
+		} else {
+			err = fmt.Errorf("emit %s: %w", t.target.Kind, err)
+		}
+		for _, f := range faultsOf(err, len(msgs)) {
+			if _, ok := failed[owner[f.Index]]; !ok {
+				failed[owner[f.Index]] = fmt.Errorf("emit %s %s: %w", t.target.Kind, msgs[f.Index].Key, f)
+			}
+		}
+	}
+	now := time.Now()
+	for i := range decs {
+		d := &decs[i]
+		if d.Emits == nil {
+			continue
+		}
+		del := d.Settlement.Delivery
+		if err, bad := failed[i]; bad {
+			hadHold := d.Hold != nil
+			*d = s.r.policy.Decide(del, Retry(), err, now)
+			d.Cause = err
+			if hadHold && d.Hold == nil {
+				s.gate.add(-1)
+			} else if !hadHold && d.Hold != nil {
+				s.gate.add(1)
+			}
+		}
+		d.Emits = nil
+		s.r.logDecision(del, *d, d.Cause)
+	}
+}
