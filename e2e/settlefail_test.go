@@ -96,3 +96,50 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// max_held bounds the runtime delayed copies held at once (SPEC §5): with every message asking
+// for a delay, reading pauses at the bound, flowrun_delayed_held never exceeds it by more than
+// one batch, and every copy is written once it comes due.
+func TestMaxHeldBoundsHeldCopies(t *testing.T) {
+	e := newStreamEnv(t)
+	const n, maxHeld, batch = 300, 40, 10
+	cfg := e.streamConfig(streamPipeline("stream", fmt.Sprintf("    batch = %d\n", batch),
+		fmt.Sprintf("  concurrency = 4\n  max_held = %d\n", maxHeld), `
+  rule "later" {
+    when    = "attempt == 1"
+    outcome = "retry_after('300ms')"
+  }
+  rule "ok" {
+    emit "stream" {
+      key = "done"
+    }
+    outcome = "ack"
+  }
+`))
+	for i := 0; i < n; i++ {
+		e.streamXAdd("jobs", "payload", strconv.Itoa(i))
+	}
+	addr := freeAddr(t)
+	p := start(t, "run", "--http-addr", addr, cfg)
+	held := regexp.MustCompile(`flowrun_delayed_held\{pipeline="jobs"\} (\d+)`)
+	peak := 0
+	eventually(t, 60*time.Second, "every copy handled", func() bool {
+		_, m := httpGet("http://" + addr + "/metrics")
+		if x := held.FindStringSubmatch(m); x != nil {
+			v, _ := strconv.Atoi(x[1])
+			peak = max(peak, v)
+		}
+		return e.streamXLen("done") == n
+	})
+	t.Logf("peak flowrun_delayed_held %d with max_held %d", peak, maxHeld)
+	if peak > maxHeld+batch {
+		t.Errorf("held %d copies at once, max_held is %d (+ one batch of %d)", peak, maxHeld, batch)
+	}
+	if peak < maxHeld/2 {
+		t.Errorf("peak held %d: the bound was never approached, the test proves nothing", peak)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(15 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
