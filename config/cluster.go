@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/flowrun/flowrun/internal/keyslot"
 )
 
 // Redis Cluster keeps keys that one command, script or MULTI touches together in one hash slot.
@@ -12,42 +14,11 @@ import (
 // and a reliable list moves elements between key and its processing list with BLMOVE: on a
 // cluster block both pairs must hash to one slot, which the files alone decide (SPEC §5, §12).
 
-// clusterSlots is the number of hash slots of a Redis Cluster.
-const clusterSlots = 16384
-
-// hashTag returns the content of key's hash tag: what lies between the first '{' and the first
-// '}' after it, when that is not empty. Only that part is hashed when it exists.
-func hashTag(key string) (string, bool) {
-	open := strings.IndexByte(key, '{')
-	if open < 0 {
-		return "", false
-	}
-	end := strings.IndexByte(key[open+1:], '}')
-	if end <= 0 { // no '}', or "{}": the whole key is hashed
-		return "", false
-	}
-	return key[open+1 : open+1+end], true
-}
-
-// keySlot returns key's hash slot, as Redis Cluster computes it: CRC16 (XMODEM) of the hash tag,
-// or of the whole key without one, modulo 16384.
-func keySlot(key string) int {
-	if tag, ok := hashTag(key); ok {
-		key = tag
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % clusterSlots
-}
+// hashTag and keySlot are keyslot's, under the names this package reads best with.
+var (
+	hashTag = keyslot.HashTag
+	keySlot = keyslot.Of
+)
 
 // retag returns key with the hash tag tag: its own tag's content replaced, or "{tag}" put in
 // front when it has none. The result always hashes like a key whose tag is tag.

@@ -211,9 +211,6 @@ func TestSlot(t *testing.T) {
 			}
 		})
 	}
-	if crc16("123456789") != 0x31C3 {
-		t.Fatalf("crc16 check value = %#x", crc16("123456789"))
-	}
 }
 
 func TestSlotMatchesServer(t *testing.T) {
