@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -31,19 +33,29 @@ type ConnWatch struct {
 func (w *ConnWatch) Broken() uint64 { return w.broken.Load() }
 
 // watches maps each watched client to its ConnWatch, so that every source of one client shares
-// one hook and one count.
-var watches sync.Map // redis.UniversalClient -> *ConnWatch
+// one hook and one count. Keys are weak pointers, removed when the client is collected, so a
+// process that replaces its clients (a reload) does not keep the old ones alive.
+var watches sync.Map // weak.Pointer[client type] (or the client itself) -> *ConnWatch
 
 // Watch returns the ConnWatch of c, installing it on first use. Clients built by New are watched
 // from the start. On a cluster client built elsewhere, only the connections of nodes the client
 // creates after the first Watch are seen.
 func Watch(c redis.UniversalClient) *ConnWatch {
-	if w, ok := watches.Load(c); ok {
-		return w.(*ConnWatch)
+	w, loaded := &ConnWatch{}, false
+	switch cc := c.(type) {
+	case *redis.Client:
+		w, loaded = register(cc, w)
+	case *redis.ClusterClient:
+		w, loaded = register(cc, w)
+	case *redis.Ring:
+		w, loaded = register(cc, w)
+	default:
+		var actual any
+		actual, loaded = watches.LoadOrStore(c, w)
+		w = actual.(*ConnWatch)
 	}
-	w := &ConnWatch{}
-	if actual, loaded := watches.LoadOrStore(c, w); loaded {
-		return actual.(*ConnWatch)
+	if loaded {
+		return w
 	}
 	h := watchHook{w}
 	if cc, ok := c.(*redis.ClusterClient); ok {
@@ -53,6 +65,16 @@ func Watch(c redis.UniversalClient) *ConnWatch {
 		c.AddHook(h)
 	}
 	return w
+}
+
+// register stores w for client p unless one is there; it reports whether one was.
+func register[T any](p *T, w *ConnWatch) (*ConnWatch, bool) {
+	k := weak.Make(p)
+	if actual, loaded := watches.LoadOrStore(k, w); loaded {
+		return actual.(*ConnWatch), true
+	}
+	runtime.AddCleanup(p, func(k weak.Pointer[T]) { watches.Delete(k) }, k)
+	return w, false
 }
 
 // watchHook wraps every connection a client dials.

@@ -3,6 +3,7 @@ package redisconn
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -78,7 +79,7 @@ func TestWatchClusterNodes(t *testing.T) {
 	direct := srv.Client(t)
 	// Kill the cluster client's connections while one blocks in BLPOP: that one broke in use.
 	done := make(chan error, 1)
-	go func() { done <- c.BLPop(ctx, 2*time.Second, "empty").Err() }()
+	go func() { done <- c.BLPop(ctx, time.Second, "empty").Err() }()
 	ok := redistest.WaitFor(ctx, 5*time.Second, func() bool {
 		list, _ := direct.Do(ctx, "CLIENT", "LIST").Text()
 		return strings.Contains(list, "cmd=blpop")
@@ -90,5 +91,27 @@ func TestWatchClusterNodes(t *testing.T) {
 	<-done
 	if w.Broken() == 0 {
 		t.Fatal("a cluster node's connection broke in use and was not counted")
+	}
+}
+
+// TestWatchForgetsCollectedClients: the registry does not keep a closed, unreferenced client.
+func TestWatchForgetsCollectedClients(t *testing.T) {
+	count := func() int {
+		n := 0
+		watches.Range(func(_, _ any) bool { n++; return true })
+		return n
+	}
+	before := count()
+	func() {
+		c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+		Watch(c)
+		c.Close()
+	}()
+	ok := redistest.WaitFor(context.Background(), 5*time.Second, func() bool {
+		runtime.GC()
+		return count() <= before
+	})
+	if !ok {
+		t.Fatalf("watches holds %d entries, want %d: a collected client was kept", count(), before)
 	}
 }
