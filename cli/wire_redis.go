@@ -16,9 +16,9 @@ import (
 	"github.com/flowrun/flowrun/transports/redisstream"
 )
 
-// client returns the client of a redis block, creating it on first use. An authentication
-// failure at start is a configuration problem (exit 2, password redacted); an unreachable server
-// is not: sources wait for it with backoff.
+// client returns the client of a redis block, creating it on first use. An authentication or
+// TLS failure at start is a configuration problem (exit 2 naming it, password redacted; never a
+// fall back to plaintext); an unreachable server is not: sources wait for it with backoff.
 func (w *wiring) client(name string) (redis.UniversalClient, error) {
 	// Opening (a ping of up to 3 s) happens outside w.mu, once per block: a caller for another
 	// block never waits for it.
@@ -40,7 +40,7 @@ func (w *wiring) openClient(name string) (redis.UniversalClient, error) {
 		return nil, err
 	}
 	if pingErr != nil {
-		if redisconn.IsAuthError(pingErr) {
+		if redisconn.IsConfigError(pingErr) {
 			c.Close()
 			return nil, pingErr
 		}
@@ -51,9 +51,9 @@ func (w *wiring) openClient(name string) (redis.UniversalClient, error) {
 }
 
 // openRedis builds the client of a redis block and pings it within timeout. The client comes
-// back even when the ping fails, with pingErr saying why (authentication failed, or the server
-// cannot be reached): run waits for an unreachable server, inspect and dlq give up. Errors name
-// the block and never contain its passwords.
+// back even when the ping fails, with pingErr saying why (authentication failed, the TLS
+// handshake failed, or the server cannot be reached): run waits for an unreachable server,
+// inspect and dlq give up. Errors name the block and never contain its passwords.
 func openRedis(ctx context.Context, cfg *config.Config, name string, timeout time.Duration) (c redis.UniversalClient, pingErr, err error) {
 	b := cfg.RedisBlock(name)
 	if b == nil {
@@ -69,6 +69,9 @@ func openRedis(ctx context.Context, cfg *config.Config, name string, timeout tim
 		err = redisconn.RedactError(err, opts.Secrets()...)
 		if redisconn.IsAuthError(err) {
 			return c, fmt.Errorf("redis %q: authentication failed: %w", name, err), nil
+		}
+		if problem, ok := redisconn.TLSProblem(err); ok {
+			return c, fmt.Errorf("redis %q: TLS handshake failed: %s: %w", name, problem, err), nil
 		}
 		return c, fmt.Errorf("redis %q: cannot reach the server: %w", name, err), nil
 	}

@@ -74,3 +74,66 @@ pipeline "secure" {
 		t.Errorf("the password appears in the logs:\n%s", p.err.String())
 	}
 }
+
+// TestRedisTLSFailuresExit2: a TLS handshake that fails at start is a configuration problem,
+// like a wrong password (SPEC §10): flowrun exits 2 within seconds naming what is wrong, never
+// waits for it to pass, never falls back to plaintext and never prints the password.
+func TestRedisTLSFailuresExit2(t *testing.T) {
+	t.Parallel()
+	const pw = "tls-s3cret-pw"
+	srv, files := redistest.StartTLS(t, "--requirepass", pw)
+	other := redistest.WriteTLSFiles(t, t.TempDir()) // a CA that did not sign the server's certificate
+	pipeline := `
+pipeline "secure" {
+  source "stream" {
+    stream = "secure"
+    block  = "100ms"
+  }
+  rule "ok" {
+    outcome = "ack"
+  }
+}
+`
+	cases := []struct {
+		name, tls, want string
+	}{
+		{"untrusted CA", fmt.Sprintf("ca_file = %q\n    cert_file = %q\n    key_file = %q", other.CA, files.ClientCert, files.ClientKey),
+			"authority that is not trusted"},
+		{"name mismatch", fmt.Sprintf("ca_file = %q\n    cert_file = %q\n    key_file = %q\n    server_name = \"redis.example.com\"", files.CA, files.ClientCert, files.ClientKey),
+			`certificate does not match the name \"redis.example.com\"`},
+		{"missing client certificate", fmt.Sprintf("ca_file = %q", files.CA),
+			"requires a client certificate"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := writeFile(t, t.TempDir(), "tls.hcl", fmt.Sprintf(`redis "main" {
+  url      = "rediss://%s/0"
+  password = %q
+  tls {
+    %s
+  }
+}
+%s`, srv.TLSAddr, pw, c.tls, pipeline))
+			began := time.Now()
+			r := flowrun(t, "", "run", cfg)
+			took := time.Since(began)
+			if r.code != 2 {
+				t.Fatalf("exit %d, want 2; stderr:\n%s", r.code, r.stderr)
+			}
+			if took > 10*time.Second {
+				t.Errorf("exited after %s, want within a few seconds", took)
+			}
+			if !strings.Contains(r.stderr, `redis \"main\": TLS handshake failed`) || !strings.Contains(r.stderr, c.want) {
+				t.Errorf("stderr does not name the TLS problem (%s):\n%s", c.want, r.stderr)
+			}
+			if strings.Contains(r.stderr, "not reachable") {
+				t.Errorf("a TLS failure was taken for an unreachable server:\n%s", r.stderr)
+			}
+			if strings.Contains(r.stderr+r.stdout, pw) {
+				t.Errorf("the password is in the output:\n%s", r.stderr)
+			}
+			t.Logf("exit 2 after %s", took.Round(time.Millisecond))
+		})
+	}
+}

@@ -1,7 +1,12 @@
 // Package redistest starts throw-away redis-server processes for tests: one per test (Start) or
-// one per package from a TestMain (StartMain). Each listens on a free loopback port, keeps no
-// data on disk and is stopped when the test (or the TestMain's cleanup) ends. The machine's own
-// Redis on 6379 is never touched.
+// one per package from a TestMain (StartMain), a six-node Redis Cluster (StartHACluster), a
+// Sentinel set-up (StartSentinel), and a loopback proxy that can lose a reply on purpose
+// (StartProxy). Each server listens on a free loopback port, keeps no data on disk and is stopped
+// when the test (or the TestMain's cleanup) ends. The machine's own Redis on 6379 is never
+// touched.
+//
+// A missing redis-server fails the test (never skips it), naming the package to install: a
+// test run that silently skipped every Redis test would pass on a machine that tested nothing.
 package redistest
 
 import (
@@ -35,9 +40,11 @@ type Server struct {
 	URL     string // "redis://127.0.0.1:PORT/0"
 	TLSAddr string // StartTLS only: the TLS port's "127.0.0.1:PORT"
 
-	bin  string
-	dir  string
-	args []string
+	bin      string
+	dir      string
+	args     []string
+	conf     string // a config file given before the other arguments (Sentinel)
+	sentinel bool   // run as redis-server CONF --sentinel
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -46,60 +53,68 @@ type Server struct {
 }
 
 // Start starts a redis-server with extra args (e.g. "--requirepass", "secret"), waits until it
-// answers PING and stops it when the test ends. Without redis-server on PATH it skips the test,
-// or fails it when the CI environment variable is set.
+// answers PING and stops it when the test ends. Without redis-server on PATH it fails the test
+// with ErrNoServer's message, which says what to install; it never skips.
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
+	bin, err := Binary()
 	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("redistest: redis-server not on PATH (required when CI is set): %v", err)
-		}
-		t.Skipf("redistest: redis-server not on PATH: %v", err)
+		t.Fatal(err)
 	}
-	s, err := start(bin, t.TempDir(), args)
-	if err != nil {
+	s := &Server{bin: bin, dir: t.TempDir(), args: args}
+	if err := s.start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Stop)
 	return s
 }
 
-// StartMain is Start for a TestMain, which has no testing.TB: it returns the server and a stop
-// function that also removes its directory. A missing redis-server is ErrNoServer (the caller
-// decides whether to skip, e.g. when CI is unset).
-func StartMain(args ...string) (*Server, func(), error) {
+// Binary returns the path of redis-server, or an error wrapping ErrNoServer that names the
+// package to install.
+func Binary() (string, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", ErrNoServer, err)
+		return "", fmt.Errorf("redistest: %w (%v)", ErrNoServer, err)
+	}
+	return bin, nil
+}
+
+// StartMain is Start for a TestMain, which has no testing.TB: it returns the server and a stop
+// function that also removes its directory. A missing redis-server is an error wrapping
+// ErrNoServer; the caller fails with it.
+func StartMain(args ...string) (*Server, func(), error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, nil, err
 	}
 	dir, err := os.MkdirTemp("", "redistest-")
 	if err != nil {
 		return nil, nil, fmt.Errorf("redistest: temp dir: %w", err)
 	}
-	s, err := start(bin, dir, args)
-	if err != nil {
+	s := &Server{bin: bin, dir: dir, args: args}
+	if err := s.start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, err
 	}
 	return s, func() { s.Stop(); os.RemoveAll(dir) }, nil
 }
 
-func start(bin, dir string, args []string) (*Server, error) {
+// start launches s (bin, dir, args and the rest set) on a free port.
+func (s *Server) start() error {
 	// Picking a free port and then binding it is racy with other processes; retry a few times.
 	var lastErr error
 	for range 5 {
 		port, err := freePort()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		s := &Server{Addr: addr, URL: "redis://" + addr + "/0", bin: bin, dir: dir, args: args}
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		s.URL = "redis://" + s.Addr + "/0"
 		if lastErr = s.launch(); lastErr == nil {
-			return s, nil
+			return nil
 		}
 	}
-	return nil, lastErr
+	return lastErr
 }
 
 func freePort() (int, error) {
@@ -115,10 +130,15 @@ func freePort() (int, error) {
 func (s *Server) launch() error {
 	_, port, _ := net.SplitHostPort(s.Addr)
 	s.log = filepath.Join(s.dir, "redis-"+port+".log")
-	argv := []string{
-		"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", s.dir, "--daemonize", "no", "--logfile", s.log,
+	var argv []string
+	if s.conf != "" {
+		argv = append(argv, s.conf)
 	}
+	if s.sentinel {
+		argv = append(argv, "--sentinel")
+	}
+	argv = append(argv, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", s.dir, "--daemonize", "no", "--logfile", s.log)
 	argv = append(argv, s.args...)
 	cmd := exec.Command(s.bin, argv...)
 	cmd.SysProcAttr = sysProcAttr()
@@ -274,9 +294,8 @@ func WaitFor(ctx context.Context, timeout time.Duration, cond func() bool) bool 
 	}
 }
 
-// ErrNoServer is returned by StartMain when redis-server is not on PATH, so a TestMain can skip
-// (or fail when CI is set) with errors.Is.
-var ErrNoServer = errors.New("redistest: redis-server not on PATH")
+// ErrNoServer is wrapped by the error of StartMain and Binary when redis-server is not on PATH.
+var ErrNoServer = errors.New("redis-server not found: apt-get install redis-server")
 
 // StartCluster starts a one-node Redis Cluster owning all 16384 slots: enough for a
 // ClusterClient, hash slots, MOVED-free routing and CROSSSLOT errors, without six processes.

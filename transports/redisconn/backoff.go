@@ -6,10 +6,13 @@ import (
 	"time"
 )
 
-// Default backoff bounds for reconnecting.
+// Default backoff bounds for reconnecting. The cap is part of the recovery bound of SPEC §10
+// (work resumes within 10 s of Redis being reachable again): a retry loop that has backed off
+// to the cap tries again at most DefaultBackoffCap after Redis came back. Two seconds keeps a
+// waiting process at a few attempts a second at worst, which no server notices.
 const (
 	DefaultBackoffBase = 100 * time.Millisecond
-	DefaultBackoffCap  = 10 * time.Second
+	DefaultBackoffCap  = 2 * time.Second
 )
 
 // Backoff is a capped exponential backoff with full jitter: the n-th wait is drawn uniformly

@@ -65,11 +65,19 @@ func urlPassword(raw string) string {
 
 // New builds a client for o without connecting (go-redis dials lazily); use Ping to check the
 // server. The caller owns the client and closes it. Errors never contain a password.
+//
+// The client is watched from its first connection (Watch), and a cluster client reloads its slot
+// map whenever a command fails with MOVED, CLUSTERDOWN, READONLY, MASTERDOWN or a connection
+// error, not only on go-redis's timer (SPEC §10: work resumes within 10 s of a failover).
 func New(o Options) (redis.UniversalClient, error) {
 	c, err := build(o)
 	if err != nil {
 		return nil, RedactError(err, o.Secrets()...)
 	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		cc.AddHook(slotRefresh{cc})
+	}
+	Watch(c)
 	return c, nil
 }
 

@@ -272,6 +272,11 @@ func TestBackoff(t *testing.T) {
 	if d := b.Next(); d != 100*time.Millisecond {
 		t.Fatalf("first wait after Reset = %s, want 100ms", d)
 	}
+	// SPEC §10 bounds recovery at 10 s after Redis is back: a loop at the cap must try again
+	// well within that.
+	if DefaultBackoffCap > 3*time.Second {
+		t.Fatalf("DefaultBackoffCap = %s: too long for the 10 s recovery bound", DefaultBackoffCap)
+	}
 	var z Backoff
 	for range 100 {
 		if d := z.Next(); d < DefaultBackoffBase || d > DefaultBackoffCap {

@@ -2,6 +2,10 @@ package redisconn
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,15 +21,17 @@ func TestTLS(t *testing.T) {
 	other := redistest.WriteTLSFiles(t, t.TempDir()) // a different CA
 
 	tests := []struct {
-		name string
-		opts Options
-		ok   bool
+		name    string
+		opts    Options
+		ok      bool
+		problem string // TLSProblem of the failure
 	}{
-		{"rediss url with ca and client cert", Options{URL: "rediss://" + addr, TLS: &TLSOptions{CAFile: f.CA, CertFile: f.ClientCert, KeyFile: f.ClientKey}}, true},
-		{"redis url with a tls block", Options{URL: "redis://" + addr, TLS: &TLSOptions{CAFile: f.CA, CertFile: f.ClientCert, KeyFile: f.ClientKey}}, true},
-		{"server name from the block", Options{URL: "rediss://" + addr, TLS: &TLSOptions{CAFile: f.CA, CertFile: f.ClientCert, KeyFile: f.ClientKey, ServerName: "localhost"}}, true},
-		{"no client certificate", Options{URL: "rediss://" + addr, TLS: &TLSOptions{CAFile: f.CA}}, false},
-		{"unknown CA", Options{URL: "rediss://" + addr, TLS: &TLSOptions{CAFile: other.CA, CertFile: f.ClientCert, KeyFile: f.ClientKey}}, false},
+		{"rediss url with ca and client cert", Options{URL: "rediss://" + addr, TLS: &TLSOptions{CAFile: f.CA, CertFile: f.ClientCert, KeyFile: f.ClientKey}}, true, ""},
+		{"redis url with a tls block", Options{URL: "redis://" + addr, TLS: &TLSOptions{CAFile: f.CA, CertFile: f.ClientCert, KeyFile: f.ClientKey}}, true, ""},
+		{"server name from the block", Options{URL: "rediss://" + addr, TLS: &TLSOptions{CAFile: f.CA, CertFile: f.ClientCert, KeyFile: f.ClientKey, ServerName: "localhost"}}, true, ""},
+		{"no client certificate", Options{URL: "rediss://" + addr, TLS: &TLSOptions{CAFile: f.CA}}, false, "requires a client certificate"},
+		{"unknown CA", Options{URL: "rediss://" + addr, TLS: &TLSOptions{CAFile: other.CA, CertFile: f.ClientCert, KeyFile: f.ClientKey}}, false, "authority that is not trusted"},
+		{"name mismatch", Options{URL: "rediss://" + addr, TLS: &TLSOptions{CAFile: f.CA, CertFile: f.ClientCert, KeyFile: f.ClientKey, ServerName: "redis.example.com"}}, false, `does not match the name "redis.example.com"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -36,13 +42,30 @@ func TestTLS(t *testing.T) {
 			defer c.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			err = c.Set(ctx, "k", "v", 0).Err()
+			err = Ping(ctx, c)
 			if tt.ok && err != nil {
 				t.Fatalf("over TLS: %v", err)
 			}
 			if !tt.ok && err == nil {
 				t.Fatal("connected, want a TLS failure")
 			}
+			problem, isTLS := TLSProblem(err)
+			if isTLS != !tt.ok || !strings.Contains(problem, tt.problem) || IsConfigError(err) != !tt.ok {
+				t.Fatalf("TLSProblem(%v) = %q, %v; want one naming %q", err, problem, isTLS, tt.problem)
+			}
 		})
+	}
+}
+
+func TestTLSProblemOthers(t *testing.T) {
+	for _, err := range []error{
+		nil,
+		errors.New("WRONGPASS invalid username-password pair"),
+		fmt.Errorf("ping: %w", syscall.ECONNREFUSED),
+		context.DeadlineExceeded,
+	} {
+		if p, ok := TLSProblem(err); ok {
+			t.Errorf("TLSProblem(%v) = %q, want not a TLS error", err, p)
+		}
 	}
 }

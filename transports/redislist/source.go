@@ -15,9 +15,12 @@
 //   - At start, before reading, everything in it (left by a crash of a process with this consumer
 //     name) goes back to the right end of the list, the end read next, in its original order, with
 //     LMOVE processing key LEFT RIGHT until the processing list is empty.
-//   - After a failed read, and every few minutes while the list is idle, the source compares the
-//     processing list with the elements it has handed to the engine and not yet settled; any
-//     other element (a BLMOVE whose reply was lost with the connection) goes back to the list.
+//   - After a failed read, after any of the client's connections broke in use (go-redis then
+//     retries a command on another connection without telling the caller, so a BLMOVE whose reply
+//     was lost looks like a read that found nothing; see redisconn.ConnWatch), and every few
+//     minutes while the list is idle, the source compares the processing list with the elements
+//     it has handed to the engine and not yet settled; any other element goes back to the list.
+//     A lost reply thus strands an element for about one read (Options.Block), not minutes.
 //   - At a stop, elements read but not yet accepted by the engine go back the same way.
 //
 // A simple list (Reliable false) reads with BRPOP and then RPOP key count; an element is gone from
@@ -57,8 +60,8 @@ const (
 	stopTimeout = 5 * time.Second
 )
 
-// sweepEvery is how often an idle reliable list looks for stranded elements. go-redis retries
-// a command whose connection broke, so a lost BLMOVE reply is not always seen as an error.
+// sweepEvery is how often an idle reliable list looks for stranded elements, a last resort: a
+// lost BLMOVE reply is seen as a failed read or a broken connection and swept at once.
 // A variable so that tests can shorten it.
 var sweepEvery = 2 * time.Minute
 
@@ -80,6 +83,7 @@ type Source struct {
 	state   *redisconn.StateLog
 	secrets []string
 	ready   atomic.Bool
+	conns   *redisconn.ConnWatch // reliable: a broken connection may have lost a BLMOVE reply
 
 	// more is how many non-blocking LMOVEs follow a BLMOVE (reliable reads; Receive only). It
 	// adapts: it doubles while they all find an element and shrinks when the list runs dry, so
@@ -128,7 +132,7 @@ func New(client redis.UniversalClient, opts Options, log zerolog.Logger) (*Sourc
 	}
 	log = log.With().Str(engine.FieldKey, opts.Key).Logger()
 	secrets := redisconn.SecretsOf(client)
-	return &Source{
+	s := &Source{
 		client:  client,
 		opts:    opts,
 		log:     log,
@@ -136,7 +140,11 @@ func New(client redis.UniversalClient, opts Options, log zerolog.Logger) (*Sourc
 		secrets: secrets,
 		more:    opts.Batch - 1,
 		held:    map[string]int{},
-	}, nil
+	}
+	if opts.Reliable {
+		s.conns = redisconn.Watch(client)
+	}
+	return s, nil
 }
 
 // Options returns the options in effect, defaults applied.
@@ -161,8 +169,10 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 		recovered = !s.opts.Reliable // a simple list has no processing list to empty
 		sweep     bool
 		lastSweep time.Time
+		broken    uint64 // s.conns.Broken() when last looked at
 	)
 	if s.opts.Reliable {
+		broken = s.conns.Broken()
 		defer func() {
 			if recovered {
 				s.returnUnhanded(ctx)
@@ -174,6 +184,15 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 			elems []string
 			err   error
 		)
+		if s.conns != nil {
+			// A connection broke in use since the last look: if it carried a BLMOVE, go-redis
+			// sent it again elsewhere and the first one's element sits in the processing list
+			// with nobody holding it. The sweep finds it (and costs one LRANGE otherwise).
+			if b := s.conns.Broken(); b != broken {
+				broken = b
+				sweep = sweep || recovered
+			}
+		}
 		switch {
 		case !recovered:
 			if err = s.recoverAll(ctx); err == nil {

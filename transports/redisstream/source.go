@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,7 +34,7 @@ type Source struct {
 	durable bool // delayed_retry = durable_zset
 
 	track   *tracker
-	dials   *dialCounter // connections the client dialed: a new one means a reconnect
+	dials   *dialCounter // stream kind: connections of the client that broke in use
 	ready   atomic.Bool
 	nextDue atomic.Int64 // unix ms of the earliest delayed copy known; 0 when none
 
@@ -139,36 +138,21 @@ func (s *Source) lowerNextDue(ms int64) {
 	}
 }
 
-// dialCounter is a go-redis hook counting new connections. go-redis retries a command whose
-// connection broke, on a new connection, without telling the caller; when that command was a
-// read whose reply was lost, its entries are pending for this consumer yet were never handed
-// out. Seeing a dial, a stream source re-reads its own pending entries (SPEC §10).
-type dialCounter struct{ n atomic.Uint64 }
+// dialCounter tells a stream source that one of its client's connections broke in use. go-redis
+// retries a command whose connection broke, on another connection, without telling the caller;
+// when that command was a read whose reply was lost, its entries are pending for this consumer
+// yet were never handed out. Seeing n change, a stream source re-reads its own pending entries
+// (SPEC §10). Only connections that failed count (redisconn.ConnWatch): a pool that merely grows,
+// or drops an idle connection, causes no re-read.
+type dialCounter struct{ n brokenCount }
+
+// brokenCount reads a ConnWatch's count as receive.go expects: n.Load().
+type brokenCount struct{ w *redisconn.ConnWatch }
+
+func (b brokenCount) Load() uint64 { return b.w.Broken() }
 
 func watchDials(c redis.UniversalClient) *dialCounter {
-	h := &dialCounter{}
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		cc.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
-	} else {
-		c.AddHook(h)
-	}
-	return h
-}
-
-func (h *dialCounter) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := next(ctx, network, addr)
-		if err == nil {
-			h.n.Add(1)
-		}
-		return conn, err
-	}
-}
-
-func (h *dialCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-
-func (h *dialCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return &dialCounter{n: brokenCount{redisconn.Watch(c)}}
 }
 
 func tokenID(d *engine.Delivery) string {
