@@ -570,7 +570,7 @@ pipeline "tagged" {
 }
 pipeline "jobs" {
   source "list" {
-    key = "insp.jobs"
+    key = "{insp.jobs}"
   }
   dead_letter = "insp.jobs.dlq"
   rule "all" { outcome = "ack" }
@@ -588,7 +588,7 @@ pipeline "jobs" {
 		{"PIPELINE", "SOURCE", "KEY", "LENGTH", "LAG", "PENDING", "OLDEST-IDLE", "DELAYED", "NEXT-DUE", "DEAD-LETTERS"},
 		{"pay", "stream", "insp.pay", "0", "-", "0", "-", "-", "-", "2"},
 		{"tagged", "stream", "{insp}.t", "0", "-", "0", "-", "-", "-", "2"},
-		{"jobs", "list", "insp.jobs", "0", "-", "0", "-", "-", "-", "2"},
+		{"jobs", "list", "{insp.jobs}", "0", "-", "0", "-", "-", "-", "2"},
 	}
 	if !slices.EqualFunc(rows, wantRows, slices.Equal) {
 		t.Errorf("inspect rows %q, want %q", rows, wantRows)
@@ -608,11 +608,11 @@ pipeline "jobs" {
 		}
 	}
 	r = inspRun(t, 0, "dlq", "redrive", "jobs", cfg)
-	if r.stdout != "redrove 2 dead letters to insp.jobs\n" {
+	if r.stdout != "redrove 2 dead letters to {insp.jobs}\n" {
 		t.Errorf("stdout = %q", r.stdout)
 	}
-	if got, want := e.lrange("insp.jobs"), []string{`{"headers":{"k":"v"},"payload":"b"}`, "a"}; !slices.Equal(got, want) {
-		t.Errorf("insp.jobs = %q, want %q", got, want)
+	if got, want := e.lrange("{insp.jobs}"), []string{`{"headers":{"k":"v"},"payload":"b"}`, "a"}; !slices.Equal(got, want) {
+		t.Errorf("{insp.jobs} = %q, want %q", got, want)
 	}
 	if n := e.rdb.LLen(e.ctx, "insp.jobs.dlq").Val(); n != 0 {
 		t.Errorf("insp.jobs.dlq: %d dead letters left", n)
