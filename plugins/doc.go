@@ -174,7 +174,7 @@
 // character is left out (logged at debug). The configured headers are set last and win, Content-Type
 // included; a Host entry sets the request's host. Outcomes: 2xx → ack; 429 and 5xx → retry_after
 // the Retry-After header's delay (seconds or an HTTP date; a past date means now; capped at 24h),
-// else after Backoff(attempt, 1s, 5m); any other status → dead letter with a reason such as
+// else after Backoff(1s, 5m, attempt); any other status → dead letter with a reason such as
 // "http 400 Bad Request: {"error":"no amount"}" (the status, then up to 200 bytes of the body);
 // a connection error, TLS failure or timeout → retry, with the error logged. Redirects are
 // followed only for 307 and 308, which keep the method and body; a 301, 302 or 303 is a status

@@ -284,7 +284,7 @@ func (h *httpHandler) outcome(resp *http.Response, attempt int) engine.Outcome {
 		if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), h.now()); ok {
 			return engine.RetryAfter(d)
 		}
-		return engine.RetryAfter(Backoff(attempt, httpBackoffBase, httpBackoffMax))
+		return engine.RetryAfter(Backoff(httpBackoffBase, httpBackoffMax, attempt))
 	}
 	return engine.DeadLetter(httpReason(resp))
 }

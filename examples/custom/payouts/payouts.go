@@ -140,7 +140,7 @@ func (h *Handler) Handle(ctx context.Context, d *engine.Delivery) engine.Result 
 	} else if err != nil {
 		// The gateway may be back soon: wait longer after each failed attempt, never in step
 		// with the other workers (full jitter).
-		delay := plugins.Backoff(d.Attempt, h.cfg.base, h.cfg.max)
+		delay := plugins.Backoff(h.cfg.base, h.cfg.max, d.Attempt)
 		h.log.Debug().Err(err).Int("attempt", d.Attempt).Dur("delay", delay).Msg("gateway unavailable")
 		return engine.Result{Outcome: engine.RetryAfter(delay)}
 	}
