@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"sync"
 
 	"github.com/rs/zerolog"
@@ -19,9 +18,11 @@ import (
 type Target interface {
 	// String names the target: stream "payouts.done" via "cache", record "k" in "out.jsonl".
 	String() string
+	// check says what makes the target unusable: the zero value, an empty key.
+	check() error
 	// engine is the engine's form of the target and the destination key; dir resolves a
 	// relative record file, redis is the redis block of a Redis target that names none.
-	engine(dir, redis string) (engine.Target, string, error)
+	engine(dir, redis string) (engine.Target, string)
 }
 
 // Emit kinds, as in an HCL emit "KIND" block (SPEC §7).
@@ -65,14 +66,21 @@ func (t RedisTarget) String() string {
 	return s
 }
 
-func (t RedisTarget) engine(_, redis string) (engine.Target, string, error) {
-	if t.kind == "" {
-		return engine.Target{}, "", errors.New("the zero RedisTarget: use ToStream, ToList or ToChannel")
+func (t RedisTarget) check() error {
+	switch {
+	case t.kind == "":
+		return errors.New("the zero RedisTarget: use ToStream, ToList or ToChannel")
+	case t.key == "":
+		return fmt.Errorf("%s: empty key", t)
 	}
+	return nil
+}
+
+func (t RedisTarget) engine(_, redis string) (engine.Target, string) {
 	if t.redis != "" {
 		redis = t.redis
 	}
-	return engine.Target{Kind: t.kind, Redis: redis}, t.key, nil
+	return engine.Target{Kind: t.kind, Redis: redis}, t.key
 }
 
 // RecordTarget is a JSON-lines record {"key", "headers", "payload"}, written to stdout or to a
@@ -100,17 +108,19 @@ func (t RecordTarget) String() string {
 	return s
 }
 
-func (t RecordTarget) engine(dir, _ string) (engine.Target, string, error) {
+func (t RecordTarget) check() error {
+	if t.key == "" {
+		return fmt.Errorf("%s: empty key", t)
+	}
+	return nil
+}
+
+func (t RecordTarget) engine(dir, _ string) (engine.Target, string) {
 	path := t.path
 	if path != "" {
-		if !filepath.IsAbs(path) {
-			path = filepath.Join(dir, path)
-		}
-		if abs, err := filepath.Abs(path); err == nil {
-			path = abs
-		}
+		path = resolvePath(dir, path)
 	}
-	return engine.Target{Kind: kindRecord, Path: path}, t.key, nil
+	return engine.Target{Kind: kindRecord, Path: path}, t.key
 }
 
 // Emitter takes the messages a handler emits. They are written after Handle returns and before
@@ -140,15 +150,10 @@ func (e *Emitter) Emit(to Target, payload []byte, headers map[string]string) {
 	maps.Copy(h, headers)
 	em := Emitted{To: to, Payload: bytes.Clone(payload), Headers: h}
 	var err error
-	switch {
-	case to == nil:
+	if to == nil {
 		err = errors.New("emit: no target: use ToStream, ToList, ToChannel or ToRecord")
-	default:
-		if _, key, terr := to.engine("", ""); terr != nil {
-			err = fmt.Errorf("emit: %w", terr)
-		} else if key == "" {
-			err = fmt.Errorf("emit %s: empty key", to)
-		}
+	} else if terr := to.check(); terr != nil {
+		err = fmt.Errorf("emit: %w", terr)
 	}
 
 	e.mu.Lock()

@@ -186,11 +186,8 @@ func (a *adapter) Handle(ctx context.Context, d *engine.Delivery) engine.Result 
 	if len(emits) > 0 {
 		res.Emits = make([]engine.Emit, 0, len(emits))
 	}
-	for _, e := range emits {
-		t, key, terr := e.To.engine(a.dir, a.redis)
-		if terr != nil { // Emit checked the target already
-			return engine.Result{Outcome: engine.Retry(), Err: fmt.Errorf("emit: %w", terr)}
-		}
+	for _, e := range emits { // Emit checked each target
+		t, key := e.To.engine(a.dir, a.redis)
 		res.Emits = append(res.Emits, engine.Emit{Target: t, Message: &engine.Message{Key: key, Headers: e.Headers, Payload: e.Payload}})
 	}
 	return res

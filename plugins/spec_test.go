@@ -38,8 +38,8 @@ type routeBlock struct {
 	After time.Duration `hcl:"after"`
 }
 
-// validated records the Block Validate was given; Validate has no other way to pass anything on.
-var validated Block
+// lastBlock records the Block Validate was given; Validate has no other way to pass anything on.
+var lastBlock Block
 
 func init() {
 	nop := func(context.Context, durConfig, Env) (Handler, error) {
@@ -49,7 +49,7 @@ func init() {
 		Name:     "test-durations",
 		Defaults: func() durConfig { return durConfig{Wait: time.Second, Retry: &retryBlock{Max: time.Minute}} },
 		Validate: func(c durConfig, b Block) error {
-			validated = b
+			lastBlock = b
 			var errs []error
 			if c.Name == "bad" {
 				errs = append(errs, b.Errorf("name", "Bad name", "%q is not allowed.", c.Name))
@@ -206,7 +206,7 @@ func TestBlockHelpers(t *testing.T) {
 	if diags.HasErrors() {
 		t.Fatal(formatDiags(diags))
 	}
-	b := validated
+	b := lastBlock
 	at := func(err error) string {
 		var diags hcl.Diagnostics = errorDiags(err, b.def)
 		return fmt.Sprintf("%d:%d", diags[0].Subject.Start.Line, diags[0].Subject.Start.Column)
@@ -452,8 +452,8 @@ func TestEmitMistakes(t *testing.T) {
 	}{
 		"nil target":       {nil, "emit: no target: use ToStream, ToList, ToChannel or ToRecord"},
 		"zero RedisTarget": {RedisTarget{}, "emit: the zero RedisTarget: use ToStream, ToList or ToChannel"},
-		"empty key":        {ToList(""), `emit list "": empty key`},
-		"empty record key": {ToRecord(""), `emit record "": empty key`},
+		"empty key":        {ToList(""), `emit: list "": empty key`},
+		"empty record key": {ToRecord(""), `emit: record "": empty key`},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
