@@ -24,7 +24,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/flowrun/flowrun/plugins"
+	"github.com/flowrun/flowrun/internal/handlers"
+	_ "github.com/flowrun/flowrun/plugins" // the built-in handlers: log, http and exec
 )
 
 // Version and Commit are set at build time with -ldflags "-X github.com/flowrun/flowrun/cli.Version=…".
@@ -150,8 +151,8 @@ func flagExit(err error) int {
 }
 
 func cmdPlugins(stdio Stdio) int {
-	for _, name := range plugins.Names() {
-		p, _ := plugins.Lookup(name)
+	for _, name := range handlers.Names() {
+		p, _ := handlers.Lookup(name)
 		fmt.Fprintf(stdio.Out, "%-10s %s\n", name, p.Doc)
 	}
 	return ExitOK

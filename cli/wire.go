@@ -11,7 +11,7 @@ import (
 	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/config"
 	"github.com/flowrun/flowrun/engine"
-	"github.com/flowrun/flowrun/plugins"
+	"github.com/flowrun/flowrun/internal/handlers"
 	"github.com/flowrun/flowrun/transports/file"
 	"github.com/flowrun/flowrun/transports/pipe"
 )
@@ -73,32 +73,24 @@ func (w *wiring) pipelines(ctx context.Context, selected []*config.Pipeline) ([]
 	return out, nil
 }
 
-// goHandler builds and starts a pipeline's compiled Go handler. Its Redis emits that name no
-// redis block go through the source's own block, else the only one (rules have theirs resolved
-// at load time).
+// goHandler provisions and starts a pipeline's compiled Go handler. Its Redis emits that name
+// no redis block go through the source's own block, else the only one (rules have theirs
+// resolved at load time).
 func (w *wiring) goHandler(ctx context.Context, p *config.Pipeline, log zerolog.Logger) (engine.Handler, error) {
 	hc := p.Handler
-	h, err := hc.Plugin.New(ctx, hc.Config, plugins.Env{Pipeline: p.Name, Logger: log.With().Str("handler", hc.Name).Logger()})
-	if err != nil {
-		return nil, fmt.Errorf("pipeline %s: handler %s: %w", p.Name, hc.Name, err)
-	}
-	w.onClose(func() error { return plugins.Close(h) })
-	if err := plugins.Start(ctx, h); err != nil {
-		return nil, fmt.Errorf("pipeline %s: handler %s: start: %w", p.Name, hc.Name, err)
-	}
 	redisName := p.Source.Redis
 	if redisName == "" && len(w.cfg.Redis) == 1 {
 		redisName = w.cfg.Redis[0].Name
 	}
-	return engine.HandlerFunc(func(ctx context.Context, d *engine.Delivery) engine.Result {
-		res := h.Handle(ctx, d)
-		for i := range res.Emits {
-			if t := &res.Emits[i].Target; t.Redis == "" && t.Kind != config.EmitRecord {
-				t.Redis = redisName
-			}
-		}
-		return res
-	}), nil
+	h, err := hc.Config.Provision(ctx, handlers.Env{Pipeline: p.Name, Logger: log.With().Str("handler", hc.Name).Logger(), Redis: redisName})
+	if err != nil {
+		return nil, fmt.Errorf("pipeline %s: handler %s: %w", p.Name, hc.Name, err)
+	}
+	w.onClose(h.Close)
+	if err := h.Start(ctx); err != nil {
+		return nil, fmt.Errorf("pipeline %s: handler %s: start: %w", p.Name, hc.Name, err)
+	}
+	return h, nil
 }
 
 func (w *wiring) source(p *config.Pipeline, log zerolog.Logger) (engine.Source, error) {

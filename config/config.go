@@ -6,7 +6,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/flowrun/flowrun/engine"
-	"github.com/flowrun/flowrun/plugins"
+	"github.com/flowrun/flowrun/internal/handlers"
 	"github.com/flowrun/flowrun/rules"
 )
 
@@ -206,8 +206,8 @@ func (s *Source) NaturalKey() string {
 // Handler is a pipeline's `handler "NAME"` block: a compiled Go handler and its decoded config.
 type Handler struct {
 	Name      string
-	Plugin    plugins.Plugin
-	Config    any // what Plugin.Decode returned
+	Plugin    handlers.Plugin
+	Config    handlers.Config // what Plugin.Decode returned; nil when it found errors
 	DeclRange hcl.Range
 }
 

@@ -427,26 +427,25 @@ func TestWriteDiagnosticsWithoutFiles(t *testing.T) {
 
 // A test plugin with a typed config, to check that handler bodies are decoded by the plugin.
 type hookConfig struct {
-	URL     string `hcl:"url"`
-	Retries int    `hcl:"retries,optional"`
-}
-
-func (c *hookConfig) Validate(rng hcl.Range) hcl.Diagnostics {
-	if c.Retries > 5 {
-		return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Too many retries",
-			Detail: "retries must be at most 5.", Subject: rng.Ptr()}}
-	}
-	return nil
+	URL     string        `hcl:"url"`
+	Retries int           `hcl:"retries,optional"`
+	Wait    time.Duration `hcl:"wait,optional"`
 }
 
 func init() {
-	plugins.Register(plugins.Plugin{
-		Name:   "confighook",
-		Doc:    "test plugin of package config",
-		Config: func() any { return &hookConfig{Retries: 1} },
-		New: func(_ context.Context, _ any, _ plugins.Env) (engine.Handler, error) {
-			return engine.HandlerFunc(func(context.Context, *engine.Delivery) engine.Result {
-				return engine.Result{Outcome: engine.Ack()}
+	plugins.Register(plugins.Spec[hookConfig]{
+		Name:     "confighook",
+		Doc:      "test plugin of package config",
+		Defaults: func() hookConfig { return hookConfig{Retries: 1} },
+		Validate: func(c hookConfig, b plugins.Block) error {
+			if c.Retries > 5 {
+				return b.Errorf("", "Too many retries", "retries must be at most 5.")
+			}
+			return nil
+		},
+		Provision: func(context.Context, hookConfig, plugins.Env) (plugins.Handler, error) {
+			return plugins.HandlerFunc(func(context.Context, plugins.Message, *plugins.Emitter) (plugins.Outcome, error) {
+				return plugins.Ack(), nil
 			}), nil
 		},
 	})
@@ -459,14 +458,15 @@ pipeline "p" {
   source "pipe" {}
   out_retry = "r"
   handler "confighook" {
-    url = "http://x/${env("FLOWRUN_TEST_UNSET_HOOK", "y")}"
+    url  = "http://x/${env("FLOWRUN_TEST_UNSET_HOOK", "y")}"
+    wait = "1m30s"
   }
 }
 `)
 	cfg := mustLoad(t, dir)
 	h := cfg.Pipelines[0].Handler
-	if got, ok := h.Config.(*hookConfig); !ok || *got != (hookConfig{URL: "http://x/y", Retries: 1}) {
-		t.Fatalf("config: %#v", h.Config)
+	if got, ok := h.Config.Value().(hookConfig); !ok || got != (hookConfig{URL: "http://x/y", Retries: 1, Wait: 90 * time.Second}) {
+		t.Fatalf("config: %#v", h.Config.Value())
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/flowrun/flowrun/engine"
-	"github.com/flowrun/flowrun/plugins"
+	"github.com/flowrun/flowrun/internal/handlers"
 	"github.com/flowrun/flowrun/rules"
 )
 
@@ -448,12 +448,13 @@ func (d *fileDecoder) decodeEmitHeaders(attr *hcl.Attribute, e *rules.EmitSpec) 
 }
 
 // decodeHandlerBlock looks up `handler "NAME"` among the compiled Go handlers and lets the
-// handler decode its own body, so its errors carry positions too.
+// handler decode its own body, so its errors carry positions too (a missing attribute is
+// reported at the block's header, as everywhere in flowrun's configuration).
 func (d *fileDecoder) decodeHandlerBlock(block *hcl.Block) (*Handler, hcl.Diagnostics) {
 	name := block.Labels[0]
-	p, ok := plugins.Lookup(name)
+	p, ok := handlers.Lookup(name)
 	if !ok {
-		names := plugins.Names()
+		names := handlers.Names()
 		detail := fmt.Sprintf("No Go handler named %q is compiled into this binary.%s", name, didYouMean(name, names))
 		if len(names) > 0 {
 			detail += fmt.Sprintf(" Compiled handlers: %s.", quoteList(names, "and"))
@@ -466,13 +467,5 @@ func (d *fileDecoder) decodeHandlerBlock(block *hcl.Block) (*Handler, hcl.Diagno
 		}}
 	}
 	cfg, diags := p.Decode(block.Body, d.ctx, block.DefRange)
-	// hcl reports a missing attribute at the body's opening brace; point at the block header,
-	// as every other missing attribute does (SPEC §2).
-	missing := block.Body.MissingItemRange()
-	for _, diag := range diags {
-		if diag.Subject != nil && *diag.Subject == missing {
-			diag.Subject = block.DefRange.Ptr()
-		}
-	}
 	return &Handler{Name: name, Plugin: p, Config: cfg, DeclRange: block.DefRange}, diags
 }

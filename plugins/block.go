@@ -1,90 +1,99 @@
 package plugins
 
 import (
+	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 )
 
 // Block is where a handler block was written: its header and the attributes and nested blocks
-// its body holds, each with its range. A BlockValidator gets one after the body decoded cleanly.
+// its body holds, each with its range. Validate gets one, to put each error where it belongs.
 type Block struct {
-	// DefRange is the block's header (`handler "http" {`), where a missing attribute or a
-	// wrong combination is reported.
-	DefRange hcl.Range
-	// Attributes are the attributes written in the body, by name.
-	Attributes hcl.Attributes
-	// Blocks are the nested blocks written in the body, in order.
-	Blocks hcl.Blocks
+	def    hcl.Range // the header: handler "http" {
+	attrs  hcl.Attributes
+	blocks hcl.Blocks
 }
 
-// newBlock indexes body with the schema implied by cfg's gohcl tags. The body has already been
+// newBlock indexes body with the schema implied by cfg's tags. The body has already been
 // decoded, so any diagnostics here repeat ones the user has seen and are dropped.
-func newBlock(body hcl.Body, rng hcl.Range, cfg any) Block {
-	b := Block{DefRange: rng}
+func newBlock(body hcl.Body, def hcl.Range, cfg any) Block {
+	b := Block{def: def}
 	schema, _ := gohcl.ImpliedBodySchema(cfg)
 	if content, _, _ := body.PartialContent(schema); content != nil {
-		b.Attributes = content.Attributes
-		b.Blocks = content.Blocks
+		b.attrs = content.Attributes
+		b.blocks = content.Blocks
 	}
 	return b
 }
 
-// Range is where a diagnostic about the named attribute belongs: its value when it was written,
-// else the block's header.
-func (b Block) Range(name string) *hcl.Range {
-	if a, ok := b.Attributes[name]; ok {
-		return a.Expr.Range().Ptr()
+// Errorf is an error about the named attribute, reported as a diagnostic at its value:
+// FILE:LINE:COL: error: Summary: Detail, the detail formatted as by fmt.Sprintf. When the
+// attribute was not written, or attr is "", the diagnostic is at the block's header.
+func (b Block) Errorf(attr, summary, format string, args ...any) error {
+	rng := b.def
+	if a, ok := b.attrs[attr]; ok {
+		rng = a.Expr.Range()
 	}
-	return b.DefRange.Ptr()
+	return &blockError{rng: rng, summary: summary, detail: fmt.Sprintf(format, args...)}
 }
 
-// Error is an error diagnostic about the named attribute, at Range(name).
-func (b Block) Error(name, summary, detail string) *hcl.Diagnostic {
-	return &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary, Detail: detail, Subject: b.Range(name)}
-}
-
-// Child is the first nested block of type typ, with its attributes indexed (blocks nested
-// deeper are not), or false when none was written.
+// Child is the first nested block of type typ, with its attributes indexed, or false when none
+// was written.
 func (b Block) Child(typ string) (Block, bool) {
-	for _, blk := range b.Blocks {
+	for _, blk := range b.blocks {
 		if blk.Type != typ {
 			continue
 		}
 		attrs, _ := blk.Body.JustAttributes()
-		return Block{DefRange: blk.DefRange, Attributes: attrs}, true
+		return Block{def: blk.DefRange, attrs: attrs}, true
 	}
 	return Block{}, false
 }
 
 // Path resolves p relative to the directory of the HCL file that declares the block, as flowrun
-// does for every path in its configuration. An absolute p is returned cleaned.
-func (b Block) Path(p string) string {
-	if filepath.IsAbs(p) {
-		return filepath.Clean(p)
-	}
-	dir := filepath.Dir(b.DefRange.Filename)
-	if abs, err := filepath.Abs(dir); err == nil {
-		dir = abs
-	}
-	return filepath.Join(dir, p)
+// does for every path in its configuration. An absolute p is returned cleaned. Env.Path gives
+// Provision the same answer.
+func (b Block) Path(p string) string { return resolvePath(fileDir(b.def.Filename), p) }
+
+// blockError is an error made by Block.Errorf: a diagnostic's parts.
+type blockError struct {
+	rng             hcl.Range
+	summary, detail string
 }
 
-// Duration parses value, the string written for the named attribute, as a Go duration that must
-// be greater than zero. The diagnostic points at the attribute's value.
-func (b Block) Duration(name, value string) (time.Duration, *hcl.Diagnostic) {
-	d, err := time.ParseDuration(value)
-	if err != nil {
-		return 0, b.Error(name, "Invalid duration", fmt.Sprintf(
-			"%q is not a duration: %s. Write a Go duration such as \"250ms\", \"30s\" or \"1h\".",
-			value, strings.TrimPrefix(err.Error(), "time: ")))
+func (e *blockError) Error() string { return e.summary + ": " + e.detail }
+
+// errorDiags turns Validate's error into diagnostics: each error of a join on its own, at the
+// range Block.Errorf gave it, else at the block's header. hcl diagnostics pass as they are.
+func errorDiags(err error, header hcl.Range) hcl.Diagnostics {
+	if err == nil {
+		return nil
 	}
-	if d <= 0 {
-		return 0, b.Error(name, "Invalid value", fmt.Sprintf("%q must be greater than zero.", name))
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var diags hcl.Diagnostics
+		for _, e := range j.Unwrap() {
+			diags = append(diags, errorDiags(e, header)...)
+		}
+		return diags
 	}
-	return d, nil
+	var diags hcl.Diagnostics
+	if errors.As(err, &diags) {
+		return diags
+	}
+	var diag *hcl.Diagnostic
+	if errors.As(err, &diag) {
+		return hcl.Diagnostics{diag}
+	}
+	var be *blockError
+	if errors.As(err, &be) {
+		d := &hcl.Diagnostic{Severity: hcl.DiagError, Summary: be.summary, Detail: be.detail, Subject: be.rng.Ptr()}
+		if err != error(be) { // wrapped: keep what the wrapper added
+			d.Detail = strings.Replace(err.Error(), be.Error(), be.detail, 1)
+		}
+		return hcl.Diagnostics{d}
+	}
+	return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Invalid handler configuration", Detail: err.Error(), Subject: header.Ptr()}}
 }

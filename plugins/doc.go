@@ -1,5 +1,7 @@
-// Package plugins is flowrun's Go handler API (SPEC §8): the registry of compiled handlers, the
-// helpers a handler author uses, and the built-in handlers log, http and exec.
+// Package plugins is flowrun's Go handler API (SPEC §8): what a handler author imports, and the
+// built-in handlers log, http and exec, which use nothing else. A handler package imports
+// plugins; its binary's main imports cli. Nothing of flowrun's engine shows through, so the
+// engine can change without breaking a handler.
 //
 // A pipeline hands each message either to its rules or to one compiled Go handler, named by a
 // `handler "NAME" {}` block whose body is that handler's own configuration:
@@ -16,135 +18,196 @@
 //
 // # Writing a handler
 //
-// A handler lives in an ordinary Go package of your own module, which registers it by name in
-// init:
+// A handler lives in an ordinary Go package of your own module. It declares its configuration
+// as a struct and registers a Spec for it in init:
 //
 //	package payouts
 //
+//	import (
+//		"context"
+//		"time"
+//
+//		"github.com/flowrun/flowrun/plugins"
+//	)
+//
 //	type Config struct {
-//		Base string `hcl:"base,optional"` // durations are strings: "250ms", "30s", "1h"
-//		Max  string `hcl:"max,optional"`
-//		base, max time.Duration // parsed by ValidateBlock
+//		Base    time.Duration `hcl:"base,optional"` // written "500ms", arrives parsed
+//		Max     time.Duration `hcl:"max,optional"`
+//		DoneKey string        `hcl:"done_key,optional"`
 //	}
 //
 //	func init() {
-//		plugins.Register(plugins.Plugin{
-//			Name:   "payout",
-//			Doc:    "pays out one payout per message", // shown by `flowrun plugins`
-//			Config: func() any { return &Config{Base: "1s", Max: "1m"} }, // defaults
-//			New: func(ctx context.Context, cfg any, env plugins.Env) (engine.Handler, error) {
-//				return &handler{cfg: cfg.(*Config), log: env.Logger}, nil
+//		plugins.Register(plugins.Spec[Config]{
+//			Name:     "payout",
+//			Doc:      "pays out one payout per message", // shown by `flowrun plugins`
+//			Defaults: func() Config { return Config{Base: time.Second, Max: time.Minute} },
+//			Validate: func(c Config, b plugins.Block) error {
+//				if c.Base > c.Max {
+//					return b.Errorf("base", "Invalid value", `"base" must not exceed "max".`)
+//				}
+//				return nil
+//			},
+//			Provision: func(ctx context.Context, c Config, env plugins.Env) (plugins.Handler, error) {
+//				return &handler{cfg: c, log: env.Logger}, nil
 //			},
 //		})
 //	}
 //
-//	func (h *handler) Handle(ctx context.Context, d *engine.Delivery) engine.Result {
+//	func (h *handler) Handle(ctx context.Context, m plugins.Message, emit *plugins.Emitter) (plugins.Outcome, error) {
 //		...
-//		return engine.Result{Outcome: engine.Ack()}
+//		if gatewayDown {
+//			return plugins.RetryAfter(plugins.Backoff(h.cfg.Base, h.cfg.Max, m.Attempt())), nil
+//		}
+//		emit.Emit(plugins.ToRecord(h.cfg.DoneKey), receipt, nil)
+//		return plugins.Ack(), nil
 //	}
 //
-// Register panics on an empty or duplicate name: that is a programmer's mistake, seen the first
-// time the binary starts. A user's mistake in the HCL is a diagnostic, below.
+// Register panics on an empty or duplicate name, a missing Provision, or a config type gohcl
+// cannot use: a programmer's mistake, seen the first time the binary starts. A user's mistake in
+// the HCL is a diagnostic, below. Example_handler is a complete handler, run.
 //
 // # Configuration and diagnostics
 //
-// Config returns a pointer to a fresh config struct, with defaults already set, whose fields
-// carry gohcl tags: `hcl:"name"` (required), `hcl:"name,optional"`, `hcl:"name,block"` for a
-// nested block (a pointer field for an optional one). Plugin.Decode decodes the handler block's
-// body into it, evaluating env(), file() and jsonencode() like every other attribute. Unknown
-// attributes, missing required ones and wrong types are reported as FILE:LINE:COL diagnostics,
-// together with every other problem of the load, before anything starts.
+// The config struct's fields carry gohcl tags: `hcl:"name"` (required), `hcl:"name,optional"`,
+// `hcl:"name,block"` for a nested block (a struct, a pointer to one when it is optional, or a
+// slice for any number), `hcl:"name,label"` inside a nested block. Defaults returns the config
+// before decoding; decoding overwrites only what the user wrote. The body is decoded with
+// flowrun's functions (env(), file(), jsonencode()) like every other attribute. A time.Duration
+// (or *time.Duration) field is written as a Go duration string, "250ms", "30s" or "1h", and
+// arrives parsed; one that is not a duration, or is negative, is reported at its value. Unknown
+// attributes, missing required ones and wrong types are reported too, all of them as
+// FILE:LINE:COL diagnostics together with every other problem of the load, before anything
+// starts:
 //
-// Checks beyond types go in an optional method of the config struct. BlockValidator's
-// ValidateBlock gets a Block: the attributes written, with their ranges, and helpers that put
-// a diagnostic where it belongs:
+//	pipelines/payouts.hcl:9:12: error: Invalid duration: "1 s" is not a duration: unknown unit " s" in duration "1 s". Write a Go duration such as "250ms", "30s" or "1h".
 //
-//	func (c *Config) ValidateBlock(b plugins.Block) hcl.Diagnostics {
-//		var diags hcl.Diagnostics
-//		var d *hcl.Diagnostic
-//		if c.base, d = b.Duration("base", c.Base); d != nil { // points at the value of base
-//			diags = append(diags, d)
-//		}
-//		...
-//		if c.base > c.max {
-//			diags = append(diags, b.Error("base", "Invalid value", `"base" must not exceed "max".`))
-//		}
-//		return diags
-//	}
+// Validate checks what the types cannot. It gets the decoded config and a Block: b.Errorf makes
+// an error that is reported at the value of the attribute it names (at the block's header when
+// that attribute was not written); b.Child gives a nested block's; b.Path resolves a path
+// relative to the HCL file, as flowrun does for every path. Return every error at once with
+// errors.Join; a plain error is reported at the block's header. Validate runs at every load,
+// `flowrun validate` included, so it may read local files (a certificate) but must not connect
+// anywhere. While a value has the wrong type Validate does not run: checks of a half-decoded
+// config would only add noise. A duration that does not parse keeps its default and Validate
+// runs, so the user sees every mistake at once.
 //
-// Block.Range and Block.Error point at an attribute's value, or at the block's header when the
-// attribute was not written; Block.Child indexes a nested block; Block.Path resolves a path
-// relative to the HCL file, as flowrun does for every path. The simpler Validator interface gets
-// only the block's header range. ValidateBlock runs in `flowrun validate` too, so it may read
-// local files (a certificate) but must not connect anywhere.
+// Validate and Provision both get the config as decoded, by value: Validate cannot hand anything
+// to Provision, and Provision does not need to check again. What Provision derives (a parsed
+// URL, a TLS configuration, an absolute path through env.Path) it keeps in the handler it
+// returns.
 //
 // # Lifecycle
 //
 // In order, for a handler used by a pipeline:
 //
-//  1. Decode, then ValidateBlock or Validate: at every load (`run`, `validate`, `test`).
-//  2. New(ctx, cfg, env): once per pipeline, by `flowrun run` only. env.Logger is a zerolog
-//     logger already scoped with the pipeline, source and handler fields; keep it and log with
-//     it. Build what you need; keep slow I/O (dialing a gateway) for Start.
-//  3. Start(ctx), when the handler implements Starter: after every pipeline is built, before
-//     the first message is read. An error stops the run before anything is consumed. ctx bounds
-//     start-up only; a goroutine started here must be stopped by Close.
-//  4. Handle(ctx, d), concurrently: up to the pipeline's concurrency calls at once, so a
+//  1. Decode, then Validate: at every load (`run`, `validate`, `test`).
+//  2. Provision(ctx, cfg, env): once per pipeline, by `flowrun run` only. env.Logger is a
+//     zerolog logger already scoped with the pipeline, source and handler fields; keep it and log
+//     with it. Build what you need; keep slow I/O (dialing a gateway) for Start.
+//  3. Start(ctx), when the handler implements Starter: after every pipeline is provisioned,
+//     before the first message is read. An error stops the run before anything is consumed. ctx
+//     bounds start-up only; a goroutine started here must be stopped by Close.
+//  4. Handle(ctx, m, emit), concurrently: up to the pipeline's concurrency calls at once, so a
 //     handler must be safe for concurrent use.
 //  5. Close(), when the handler implements Closer: once, after the last Handle has returned.
-//     Close is also called when the run fails after New succeeded, so it must cope with a
+//     Close is also called when the run fails after Provision succeeded, so it must cope with a
 //     handler that was never started.
 //
-// # Handling a delivery
+// # Handling a message
 //
-// Handle gets a context and an *engine.Delivery: the message (d.Key, d.ID, d.Headers,
-// d.Payload; SPEC §3) and its attempt number d.Attempt (1 for a first delivery; SPEC §5), plus,
-// for claiming and reclaim sources, d.DeliveryCount and d.IdleMS. The delivery belongs to the
-// engine: read it, do not change it or keep it after Handle returns (d.Message.Clone gives a
-// copy to change).
+// Handle gets a context, the Message and an Emitter, and returns an Outcome and an error.
+//
+// The Message is a read-only view of the delivery: Key, ID, Header, LookupHeader, Headers (in
+// name order), Payload (a copy, yours to change), PayloadReader (no copy) and Attempt (1 for a
+// first delivery; SPEC §5), plus DeliveryCount and IdleMS for claiming and reclaim sources. Do not
+// keep it after Handle returns.
 //
 // The context is not cancelled by the stop signal: after a stop, in-flight handlers may finish
 // within the pipeline's shutdown_timeout, and the context is cancelled only when that grace runs
 // out. Pass it to every call that can block, and return soon after it is done (a retry is the
 // honest outcome then).
 //
-// Handle returns an engine.Result:
+// The outcome is one of Ack() (done), Drop() (done, deliberately ignored), Retry() (again, now),
+// RetryAfter(d) (again, after d; see Backoff) and DeadLetter(reason) (never: straight to the
+// pipeline's dead_letter with reason in x-dead-letter-reason, whatever the attempt). Retries
+// count against max_attempts, and the attempt that reaches it goes to the dead letter instead.
+// Without a dead_letter, a dead-lettered delivery is acknowledged and logged as rejected. The zero
+// Outcome is no decision: a handler that returns it (and no error) is retried with the mistake
+// logged, never acknowledged by accident.
 //
-//   - Outcome: engine.Ack() (done), engine.Drop() (done, deliberately ignored),
-//     engine.Retry() (again, now), engine.RetryAfter(d) (again, after d; see Backoff),
-//     engine.DeadLetter(reason) (never: straight to the pipeline's dead_letter with reason in
-//     x-dead-letter-reason, whatever the attempt). Retries count against max_attempts, and the
-//     attempt that reaches it goes to the dead letter instead (SPEC §5). Without a dead_letter,
-//     a dead-lettered delivery is acknowledged and logged as rejected.
-//   - Emits: messages written before the delivery is settled, each an engine.Emit with a
-//     Target and a *engine.Message whose Key is the destination key. Target.Kind is "record"
-//     (a JSON-lines record on stdout, or appended to the stream file Target.Path), or "stream",
-//     "list" or "pubsub" (Redis, through the redis block named by Target.Redis; empty means the
-//     source's own or the only redis block). If writing them fails, the delivery is retried,
-//     so an emit may be written twice but is never lost.
-//   - Err: a failure. A non-nil Err counts as a retry (an Outcome of ack or drop is overridden)
-//     and is logged with the message's key, id and attempt. Do not also log it yourself.
+// A non-nil error counts as a retry (with Ack, Drop or no outcome; RetryAfter and DeadLetter
+// stand) and is logged with the message's key, id and attempt. Do not also log it yourself.
+//
+// Emit writes a message before the delivery is settled, to a typed target: ToStream(key),
+// ToList(key) or ToChannel(channel) in Redis, through the source's own redis block (else the only
+// one) or the one named with .Via(name); or ToRecord(key), a JSON-lines record on stdout, or
+// appended to a stream file with .InFile(path) (relative to the HCL file). Emits are written only
+// when Handle returns no error; if writing them fails the delivery is retried, so an emit may be
+// written twice but is never lost. A bad target (nil, or an empty key) fails the delivery.
 //
 // A panic inside Handle is recovered by the engine and counts as a retry; the panic value and
 // the stack are logged once for that delivery. The process never crashes for a handler's sake.
 //
+// # Testing a handler
+//
+// Check reads a handler block from HCL text and returns its diagnostics as one error, a line each,
+// as the command line prints them. Build also provisions the handler, and Call hands it one
+// TestMessage as the engine would, returning the Result the engine would act on: the outcome
+// (with the rules above applied), the emits and the error. Outcomes and targets compare with ==:
+//
+//	h, err := plugins.Build(ctx, "payouts.hcl", `handler "payout" { done_key = "done" }`)
+//	res := plugins.Call(ctx, h, plugins.TestMessage{Key: "payouts", Payload: []byte(`{"id":1,"amount":5}`)})
+//	if res.Outcome != plugins.Ack() || res.Emits[0].To != plugins.ToRecord("done") { ... }
+//
 // # A custom binary
 //
-// flowrun's command line is the package github.com/flowrun/flowrun/cli. A binary with your
-// handlers is flowrun's own main plus one import:
+// flowrun's command line is the package github.com/flowrun/flowrun/cli, with the built-in
+// handlers. A binary with your handlers is flowrun's own main plus one import:
 //
 //	package main
 //
 //	import (
 //		"github.com/flowrun/flowrun/cli"
-//		_ "github.com/flowrun/flowrun/plugins" // the built-in handlers
-//		_ "example.com/you/payouts"            // your handler
+//		_ "example.com/payouts/handler" // your handlers, registered in init
 //	)
 //
 //	func main() { cli.Main() }
 //
 // `flowrun plugins` lists what is compiled in. The repository's examples/custom is a complete
-// one, with its HCL and tests.
+// one, with its HCL and tests: go build -o payouts ./examples/custom.
+//
+// # Building against a local checkout
+//
+// flowrun is not published as a module yet, so `go get github.com/flowrun/flowrun@latest` fails:
+// the module proxy answers that it has no such module (404 Not Found, or 403 "This module version
+// is not available"). Build against a checkout instead. Clone flowrun next to your module:
+//
+//	work/
+//	  flowrun/              git clone of github.com/flowrun/flowrun
+//	  payouts/              your module
+//	    go.mod
+//	    main.go             the main above
+//	    handler/handler.go  your handler package
+//
+// and in payouts/go.mod require flowrun at the placeholder version v0.0.0 and replace it with
+// the checkout:
+//
+//	module example.com/payouts
+//
+//	go 1.26.8
+//
+//	require github.com/flowrun/flowrun v0.0.0
+//
+//	replace github.com/flowrun/flowrun => ../flowrun
+//
+// Then build once with -mod=mod, which lets the go command add flowrun's own requirements to
+// go.mod and go.sum (go mod tidy does the same); later builds need no flag:
+//
+//	cd payouts
+//	go build -mod=mod -o payouts .
+//	./payouts plugins
+//
+// TestGuideCustomBinary builds such a module against this checkout, as written here.
 //
 // # Built-in handlers
 //
@@ -174,7 +237,7 @@
 // character is left out (logged at debug). The configured headers are set last and win, Content-Type
 // included; a Host entry sets the request's host. Outcomes: 2xx → ack; 429 and 5xx → retry_after
 // the Retry-After header's delay (seconds or an HTTP date; a past date means now; capped at 24h),
-// else after Backoff(attempt, 1s, 5m); any other status → dead letter with a reason such as
+// else after Backoff(1s, 5m, attempt); any other status → dead letter with a reason such as
 // "http 400 Bad Request: {"error":"no amount"}" (the status, then up to 200 bytes of the body);
 // a connection error, TLS failure or timeout → retry, with the error logged. Redirects are
 // followed only for 307 and 308, which keep the method and body; a 301, 302 or 303 is a status

@@ -2,160 +2,31 @@ package plugins_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"time"
 
-	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/hclparse"
-	"github.com/rs/zerolog"
-
-	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/plugins"
 )
 
-// greetConfig is the body of `handler "greet" {}`.
-type greetConfig struct {
-	Greeting string `hcl:"greeting"`       // required
-	Later    string `hcl:"later,optional"` // a duration, default "1m"
-
-	later time.Duration // parsed by ValidateBlock
-}
-
-// ValidateBlock checks what types cannot, pointing at the attribute.
-func (c *greetConfig) ValidateBlock(b plugins.Block) hcl.Diagnostics {
-	var diags hcl.Diagnostics
-	var d *hcl.Diagnostic
-	if c.later, d = b.Duration("later", c.Later); d != nil {
-		diags = append(diags, d)
-	}
-	if c.Greeting == "" {
-		diags = append(diags, b.Error("greeting", "Invalid value", `"greeting" must not be empty.`))
-	}
-	return diags
-}
-
-type greeter struct {
-	cfg *greetConfig
-	log zerolog.Logger
-}
-
-func (g *greeter) Handle(ctx context.Context, d *engine.Delivery) engine.Result {
-	var p struct {
-		Name string `json:"name"`
-	}
-	if err := json.Unmarshal(d.Payload, &p); err != nil || p.Name == "" {
-		// It can never succeed: straight to the dead letter, saying why.
-		return engine.Result{Outcome: engine.DeadLetter("greet: the payload needs a name")}
-	}
-	if d.Headers["mood"] == "grumpy" {
-		return engine.Result{Outcome: engine.RetryAfter(g.cfg.later)}
-	}
-	return engine.Result{
-		Outcome: engine.Ack(),
-		Emits: []engine.Emit{{
-			Target:  engine.Target{Kind: "record"},
-			Message: &engine.Message{Key: "greetings", Headers: map[string]string{}, Payload: []byte(g.cfg.Greeting + ", " + p.Name)},
-		}},
-	}
-}
-
-// handlerBlock finds the `handler "NAME" {}` block of an HCL file, as flowrun's loader does.
-func handlerBlock(filename, src string) (*hcl.Block, hcl.Diagnostics) {
-	f, diags := hclparse.NewParser().ParseHCL([]byte(src), filename)
-	if diags.HasErrors() {
-		return nil, diags
-	}
-	content, diags := f.Body.Content(&hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: "handler", LabelNames: []string{"name"}}}})
-	if diags.HasErrors() {
-		return nil, diags
-	}
-	return content.Blocks[0], nil
-}
-
-// A handler registers by name, decodes its own block, is built and handles deliveries.
-func Example_handler() {
-	plugins.Register(plugins.Plugin{
-		Name:   "greet",
-		Doc:    "greets whoever a message names",
-		Config: func() any { return &greetConfig{Later: "1m"} },
-		New: func(_ context.Context, cfg any, env plugins.Env) (engine.Handler, error) {
-			return &greeter{cfg: cfg.(*greetConfig), log: env.Logger}, nil
-		},
-	})
-
-	block, _ := handlerBlock("greet.hcl", `
-handler "greet" {
-  greeting = "Hello"
-  later    = "5s"
-}
-`)
-	p, _ := plugins.Lookup(block.Labels[0])
-	cfg, diags := p.Decode(block.Body, nil, block.DefRange)
-	if diags.HasErrors() {
-		fmt.Println(diags)
-		return
-	}
-	h, err := p.New(context.Background(), cfg, plugins.Env{Pipeline: "greetings", Logger: zerolog.Nop()})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-
-	for _, m := range []engine.Message{
-		{Key: "people", Payload: []byte(`{"name": "Ada"}`)},
-		{Key: "people", Payload: []byte(`{"name": "Bob"}`), Headers: map[string]string{"mood": "grumpy"}},
-		{Key: "people", Payload: []byte(`{}`)},
-	} {
-		res := h.Handle(context.Background(), &engine.Delivery{Message: m, Attempt: 1})
-		fmt.Println(res.Outcome)
-		for _, e := range res.Emits {
-			fmt.Printf("  emit %s %s: %s\n", e.Target.Kind, e.Message.Key, e.Message.Payload)
-		}
-	}
-	// Output:
-	// ack
-	//   emit record greetings: Hello, Ada
-	// retry_after(5s)
-	// dead_letter("greet: the payload needs a name")
-}
-
-// Configuration mistakes are diagnostics with the file, line and column of the value at fault.
-func Example_diagnostics() {
-	block, _ := handlerBlock("pipelines/greet.hcl", `
-handler "http" {
-  url     = "https://hooks.example.com/greet"
-  timeout = "10 seconds"
-}
-`)
-	p, _ := plugins.Lookup("http")
-	_, diags := p.Decode(block.Body, nil, block.DefRange)
-	for _, d := range diags {
-		fmt.Printf("%s:%d:%d: error: %s: %s\n", d.Subject.Filename, d.Subject.Start.Line, d.Subject.Start.Column, d.Summary, d.Detail)
-	}
-	// Output:
-	// pipelines/greet.hcl:4:13: error: Invalid duration: "10 seconds" is not a duration: unknown unit " seconds" in duration "10 seconds". Write a Go duration such as "250ms", "30s" or "1h".
-}
-
-// mustBuild decodes and builds the one handler block in src.
-func mustBuild(src string) engine.Handler {
-	block, diags := handlerBlock("example.hcl", src)
-	if diags.HasErrors() {
-		panic(diags)
-	}
-	p, _ := plugins.Lookup(block.Labels[0])
-	cfg, diags := p.Decode(block.Body, nil, block.DefRange)
-	if diags.HasErrors() {
-		panic(diags)
-	}
-	h, err := p.New(context.Background(), cfg, plugins.Env{Pipeline: "example", Logger: zerolog.Nop()})
+// mustBuild builds the one handler block in src, as `flowrun run` would.
+func mustBuild(src string) plugins.Handler {
+	h, err := plugins.Build(context.Background(), "example.hcl", src)
 	if err != nil {
 		panic(err)
 	}
 	return h
+}
+
+// The log handler logs each message at info, with its key, id, attempt, headers and payload,
+// and acknowledges it.
+func Example_log() {
+	h := mustBuild(`handler "log" {}`)
+	res := plugins.Call(context.Background(), h, plugins.TestMessage{Key: "orders", Payload: []byte(`{"id":1}`)})
+	fmt.Println(res.Outcome, res.Err)
+	// Output:
+	// ack <nil>
 }
 
 // The http handler posts each message; the status decides the outcome.
@@ -181,15 +52,15 @@ handler "http" {
   headers = { Authorization = "Bearer secret" }
 }
 `, srv.URL))
-	defer plugins.Close(h)
+	defer h.(plugins.Closer).Close()
 
 	for _, gateway := range []string{"up", "down", "bad"} {
-		d := &engine.Delivery{Attempt: 1, Message: engine.Message{
+		res := plugins.Call(context.Background(), h, plugins.TestMessage{
 			Key:     "payouts",
 			Headers: map[string]string{"trace-id": "t-1", "gateway": gateway},
 			Payload: []byte(`{"id":7,"amount":12}`),
-		}}
-		fmt.Println(h.Handle(context.Background(), d).Outcome)
+		})
+		fmt.Println(res.Outcome)
 	}
 	// Output:
 	//   POST /payouts application/json trace=t-1: {"id":7,"amount":12}
@@ -201,7 +72,7 @@ handler "http" {
 }
 
 // The exec handler runs a command per message: payload on stdin, headers in the environment,
-// the exit status decides.
+// the exit status decides; with emit_stdout, the lines it prints become records.
 func Example_exec() {
 	h := mustBuild(`
 handler "exec" {
@@ -219,20 +90,57 @@ handler "exec" {
 }
 `)
 	for _, gateway := range []string{"up", "down", "bad"} {
-		d := &engine.Delivery{Attempt: 2, Message: engine.Message{
+		res := plugins.Call(context.Background(), h, plugins.TestMessage{
 			Key:     "payouts",
 			Headers: map[string]string{"gateway": gateway},
 			Payload: []byte("7\n"),
-		}}
-		res := h.Handle(context.Background(), d)
+			Attempt: 2,
+		})
 		fmt.Println(res.Outcome)
 		for _, e := range res.Emits {
-			fmt.Printf("  emit %s %s: %s\n", e.Target.Kind, e.Message.Key, e.Message.Payload)
+			fmt.Printf("  emit %s: %s\n", e.To, e.Payload)
 		}
 	}
 	// Output:
 	// ack
-	//   emit record payouts.done: paid 7 on attempt 2
+	//   emit record "payouts.done": paid 7 on attempt 2
 	// retry
 	// dead_letter("exec: exit status 3: card declined")
+}
+
+// A handler that forgets its outcome has not acknowledged anything: the zero Outcome is an
+// error, so the delivery is retried and the mistake logged.
+func Example_noOutcome() {
+	forgetful := plugins.HandlerFunc(func(ctx context.Context, m plugins.Message, emit *plugins.Emitter) (plugins.Outcome, error) {
+		emit.Emit(plugins.ToStream("audit"), m.Payload(), nil)
+		var o plugins.Outcome // never set
+		return o, nil
+	})
+	res := plugins.Call(context.Background(), forgetful, plugins.TestMessage{Key: "orders"})
+	fmt.Println(res.Outcome, len(res.Emits))
+	fmt.Println(res.Err)
+	// Output:
+	// retry 0
+	// handler returned no outcome (the zero plugins.Outcome): return plugins.Ack(), Drop(), Retry(), RetryAfter(d) or DeadLetter(reason)
+}
+
+// Emit targets are typed: a Redis stream, list or channel, through the default redis block or a
+// named one, or a JSON-lines record on stdout or in a stream file.
+func ExampleEmitter_Emit() {
+	h := plugins.HandlerFunc(func(ctx context.Context, m plugins.Message, emit *plugins.Emitter) (plugins.Outcome, error) {
+		emit.Emit(plugins.ToStream("orders.accepted"), m.Payload(), map[string]string{"order": m.ID()})
+		emit.Emit(plugins.ToList("orders.jobs").Via("jobs"), m.Payload(), nil)
+		emit.Emit(plugins.ToChannel("orders.events"), []byte("accepted"), nil)
+		emit.Emit(plugins.ToRecord("orders.audit").InFile("audit.jsonl"), m.Payload(), nil)
+		return plugins.Ack(), nil
+	})
+	res := plugins.Call(context.Background(), h, plugins.TestMessage{Key: "orders", ID: "1-0", Payload: []byte(`{"id":1}`)})
+	for _, e := range res.Emits {
+		fmt.Println(e.To)
+	}
+	// Output:
+	// stream "orders.accepted"
+	// list "orders.jobs" via "jobs"
+	// pubsub "orders.events"
+	// record "orders.audit" in "audit.jsonl"
 }

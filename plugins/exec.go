@@ -13,15 +13,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hashicorp/hcl/v2"
 	"github.com/rs/zerolog"
-
-	"github.com/flowrun/flowrun/engine"
 )
 
 // Defaults and limits of the exec handler.
 const (
-	execDefaultTimeout = "30s"
+	execDefaultTimeout = 30 * time.Second
 	// EX_TEMPFAIL from sysexits.h: the command asks to be run again later.
 	execExitRetry = 75
 	// Environment variables the handler sets; inherited ones of these names are dropped.
@@ -40,58 +37,49 @@ const (
 )
 
 func init() {
-	Register(Plugin{
-		Name:   "exec",
-		Doc:    "runs a command per message, payload on stdin; exit 0 acks, 75 retries, others dead-letter",
-		Config: func() any { return &execConfig{Timeout: execDefaultTimeout} },
-		New:    newExecHandler,
+	Register(Spec[execConfig]{
+		Name:      "exec",
+		Doc:       "runs a command per message, payload on stdin; exit 0 acks, 75 retries, others dead-letter",
+		Defaults:  func() execConfig { return execConfig{Timeout: execDefaultTimeout} },
+		Validate:  validateExec,
+		Provision: newExecHandler,
 	})
 }
 
 // execConfig is the body of `handler "exec" {}`.
 type execConfig struct {
-	Command    []string `hcl:"command"`
-	Timeout    string   `hcl:"timeout,optional"`
-	Dir        string   `hcl:"dir,optional"`
-	EmitStdout string   `hcl:"emit_stdout,optional"`
-
-	// Set by ValidateBlock.
-	validated bool
-	timeout   time.Duration
-	dir       string
+	Command    []string      `hcl:"command"`
+	Timeout    time.Duration `hcl:"timeout,optional"`
+	Dir        string        `hcl:"dir,optional"`
+	EmitStdout string        `hcl:"emit_stdout,optional"`
 }
 
-var _ BlockValidator = (*execConfig)(nil)
-
-func (c *execConfig) ValidateBlock(b Block) hcl.Diagnostics {
-	var diags hcl.Diagnostics
+func validateExec(c execConfig, b Block) error {
+	var errs []error
 	switch {
 	case len(c.Command) == 0:
-		diags = append(diags, b.Error("command", "Invalid value", `"command" must name a program: ["./bin/charge", "--live"].`))
+		errs = append(errs, b.Errorf("command", "Invalid value", `"command" must name a program: ["./bin/charge", "--live"].`))
 	case c.Command[0] == "":
-		diags = append(diags, b.Error("command", "Invalid value", `The program, the first element of "command", must not be empty.`))
+		errs = append(errs, b.Errorf("command", "Invalid value", `The program, the first element of "command", must not be empty.`))
 	}
 	for _, arg := range c.Command {
 		if strings.IndexByte(arg, 0) >= 0 {
-			diags = append(diags, b.Error("command", "Invalid value", `"command" must not contain NUL characters.`))
+			errs = append(errs, b.Errorf("command", "Invalid value", `"command" must not contain NUL characters.`))
 			break
 		}
 	}
-	if d, diag := b.Duration("timeout", c.Timeout); diag != nil {
-		diags = append(diags, diag)
-	} else {
-		c.timeout = d
+	if c.Timeout <= 0 {
+		errs = append(errs, b.Errorf("timeout", "Invalid value", "%q must be greater than zero.", "timeout"))
 	}
 	if c.Dir != "" {
-		c.dir = b.Path(c.Dir)
-		if fi, err := os.Stat(c.dir); err != nil {
-			diags = append(diags, b.Error("dir", "Invalid directory", unwrapPathError(err)))
+		dir := b.Path(c.Dir)
+		if fi, err := os.Stat(dir); err != nil {
+			errs = append(errs, b.Errorf("dir", "Invalid directory", "%s", unwrapPathError(err)))
 		} else if !fi.IsDir() {
-			diags = append(diags, b.Error("dir", "Invalid directory", fmt.Sprintf("%s is not a directory.", c.dir)))
+			errs = append(errs, b.Errorf("dir", "Invalid directory", "%s is not a directory.", dir))
 		}
 	}
-	c.validated = !diags.HasErrors()
-	return diags
+	return errors.Join(errs...)
 }
 
 // execHandler runs one process per delivery. It is safe for concurrent use.
@@ -105,20 +93,11 @@ type execHandler struct {
 }
 
 var (
-	_ engine.Handler = (*execHandler)(nil)
-	_ Starter        = (*execHandler)(nil)
+	_ Handler = (*execHandler)(nil)
+	_ Starter = (*execHandler)(nil)
 )
 
-func newExecHandler(_ context.Context, c any, env Env) (engine.Handler, error) {
-	cfg, ok := c.(*execConfig)
-	if !ok {
-		return nil, fmt.Errorf("exec: config is %T, want the one Config returned", c)
-	}
-	if !cfg.validated {
-		if diags := cfg.ValidateBlock(Block{}); diags.HasErrors() {
-			return nil, fmt.Errorf("exec: %w", diags)
-		}
-	}
+func newExecHandler(_ context.Context, cfg execConfig, env Env) (Handler, error) {
 	// Variables of the names this handler sets are dropped from the inherited environment, so a
 	// header this message lacks never shows through from flowrun's own environment.
 	var base []string
@@ -129,14 +108,17 @@ func newExecHandler(_ context.Context, c any, env Env) (engine.Handler, error) {
 		}
 		base = append(base, kv)
 	}
-	return &execHandler{
+	h := &execHandler{
 		argv:       cfg.Command,
-		dir:        cfg.dir,
-		timeout:    cfg.timeout,
+		timeout:    cfg.Timeout,
 		emitStdout: cfg.EmitStdout,
 		baseEnv:    base,
 		log:        env.Logger,
-	}, nil
+	}
+	if cfg.Dir != "" {
+		h.dir = env.Path(cfg.Dir)
+	}
+	return h, nil
 }
 
 // Start fails the run early when the program cannot be found, rather than retrying every
@@ -163,14 +145,14 @@ func (h *execHandler) Start(context.Context) error {
 	return nil
 }
 
-func (h *execHandler) Handle(ctx context.Context, d *engine.Delivery) engine.Result {
+func (h *execHandler) Handle(ctx context.Context, m Message, emit *Emitter) (Outcome, error) {
 	tctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 
 	cmd := exec.CommandContext(tctx, h.argv[0], h.argv[1:]...)
 	cmd.Dir = h.dir
-	cmd.Env = h.environ(d)
-	cmd.Stdin = bytes.NewReader(d.Payload)
+	cmd.Env = h.environ(m)
+	cmd.Stdin = m.PayloadReader()
 	stderr := &tailBuffer{max: execStderrTail}
 	cmd.Stderr = stderr
 	var stdout *cappedBuffer
@@ -190,67 +172,63 @@ func (h *execHandler) Handle(ctx context.Context, d *engine.Delivery) engine.Res
 		if err != nil {
 			h.log.Warn().Str("command", h.argv[0]).Msg("exec: command exited 0 but left a process holding its output; output closed")
 		}
-		return h.success(stdout)
+		return h.success(stdout, emit), nil
 	case ctx.Err() != nil:
-		return engine.Result{Outcome: engine.Retry(), Err: fmt.Errorf("exec: %s: stopped at shutdown: %w", h.argv[0], ctx.Err())}
+		return Retry(), fmt.Errorf("exec: %s: stopped at shutdown: %w", h.argv[0], ctx.Err())
 	case tctx.Err() != nil:
-		return engine.Result{Outcome: engine.Retry(), Err: fmt.Errorf("exec: %s: timed out after %s, process group killed", h.argv[0], h.timeout)}
+		return Retry(), fmt.Errorf("exec: %s: timed out after %s, process group killed", h.argv[0], h.timeout)
 	}
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) {
 		// It never ran: not found, not executable, out of resources.
-		return engine.Result{Outcome: engine.Retry(), Err: fmt.Errorf("exec: %w", err)}
+		return Retry(), fmt.Errorf("exec: %w", err)
 	}
 	if ee.ExitCode() == execExitRetry {
 		if line := stderr.lastLine(); line != "" {
 			h.log.Debug().Str("command", h.argv[0]).Str("stderr", line).Msg("exec: command asked to retry")
 		}
-		return engine.Result{Outcome: engine.Retry()}
+		return Retry(), nil
 	}
 	reason := "exec: " + ee.ProcessState.String() // "exit status 3", "signal: killed"
 	if line := stderr.lastLine(); line != "" {
 		reason += ": " + line
 	}
-	return engine.Result{Outcome: engine.DeadLetter(reason)}
+	return DeadLetter(reason), nil
 }
 
-// success acks, emitting stdout's lines when emit_stdout is set.
-func (h *execHandler) success(stdout *cappedBuffer) engine.Result {
+// success acks, emitting stdout's lines as records when emit_stdout is set.
+func (h *execHandler) success(stdout *cappedBuffer, emit *Emitter) Outcome {
 	if stdout == nil {
-		return engine.Result{Outcome: engine.Ack()}
+		return Ack()
 	}
 	if stdout.over {
-		return engine.Result{Outcome: engine.DeadLetter(fmt.Sprintf("exec: stdout exceeded %d bytes", execMaxStdout))}
+		return DeadLetter(fmt.Sprintf("exec: stdout exceeded %d bytes", execMaxStdout))
 	}
-	var emits []engine.Emit
+	to := ToRecord(h.emitStdout)
 	for line := range bytes.SplitSeq(stdout.buf, []byte{'\n'}) {
 		line = bytes.TrimSuffix(line, []byte{'\r'})
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		emits = append(emits, engine.Emit{
-			Target:  engine.Target{Kind: "record"},
-			Message: &engine.Message{Key: h.emitStdout, Headers: map[string]string{}, Payload: line},
-		})
+		emit.Emit(to, line, nil)
 	}
-	return engine.Result{Outcome: engine.Ack(), Emits: emits}
+	return Ack()
 }
 
 // environ is the inherited environment plus the message's headers, key, id and attempt.
-func (h *execHandler) environ(d *engine.Delivery) []string {
-	env := make([]string, 0, len(h.baseEnv)+len(d.Headers)+3)
+func (h *execHandler) environ(m Message) []string {
+	env := make([]string, 0, len(h.baseEnv)+8)
 	env = append(env, h.baseEnv...)
-	for _, k := range sortedKeys(d.Headers) {
-		v := d.Headers[k]
+	for k, v := range m.Headers() {
 		if k == "" || strings.IndexByte(v, 0) >= 0 {
 			continue // no variable can carry it
 		}
 		env = append(env, execEnvHeaderPrefix+envName(k)+"="+v)
 	}
 	return append(env,
-		execEnvKey+"="+strings.ReplaceAll(d.Key, "\x00", ""),
-		execEnvID+"="+d.ID,
-		execEnvAttempt+"="+strconv.Itoa(d.Attempt),
+		execEnvKey+"="+strings.ReplaceAll(m.Key(), "\x00", ""),
+		execEnvID+"="+m.ID(),
+		execEnvAttempt+"="+strconv.Itoa(m.Attempt()),
 	)
 }
 

@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/flowrun/flowrun/engine"
 )
 
 // shBlock is an exec handler running script with /bin/sh -c.
@@ -25,24 +23,24 @@ func TestExecExitCodes(t *testing.T) {
 	tests := []struct {
 		name   string
 		script string
-		want   engine.Outcome
+		want   Outcome
 	}{
-		{name: "exit 0", script: "exit 0", want: engine.Ack()},
-		{name: "exit 75 retries", script: "echo 'gateway busy' >&2; exit 75", want: engine.Retry()},
-		{name: "exit 1", script: "exit 1", want: engine.DeadLetter("exec: exit status 1")},
+		{name: "exit 0", script: "exit 0", want: Ack()},
+		{name: "exit 75 retries", script: "echo 'gateway busy' >&2; exit 75", want: Retry()},
+		{name: "exit 1", script: "exit 1", want: DeadLetter("exec: exit status 1")},
 		{name: "last stderr line", script: "echo starting >&2; echo 'card declined' >&2; echo >&2; exit 3",
-			want: engine.DeadLetter("exec: exit status 3: card declined")},
+			want: DeadLetter("exec: exit status 3: card declined")},
 		{name: "stderr without newline", script: "printf 'a\\nno newline' >&2; exit 2",
-			want: engine.DeadLetter("exec: exit status 2: no newline")},
+			want: DeadLetter("exec: exit status 2: no newline")},
 		{name: "long stderr keeps the tail", script: "head -c 100000 /dev/zero | tr '\\0' x >&2; echo >&2; echo 'the end' >&2; exit 4",
-			want: engine.DeadLetter("exec: exit status 4: the end")},
-		{name: "killed by a signal", script: "kill -9 $$", want: engine.DeadLetter("exec: signal: killed")},
-		{name: "stdin not read", script: "exit 0", want: engine.Ack()},
+			want: DeadLetter("exec: exit status 4: the end")},
+		{name: "killed by a signal", script: "kill -9 $$", want: DeadLetter("exec: signal: killed")},
+		{name: "stdin not read", script: "exit 0", want: Ack()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := build(t, "h.hcl", shBlock(tt.script, ""))
-			res := h.Handle(context.Background(), delivery(strings.Repeat("p", 1<<20), nil, 1))
+			res := call(h, message(strings.Repeat("p", 1<<20), nil, 1))
 			if res.Outcome != tt.want || res.Err != nil || len(res.Emits) != 0 {
 				t.Fatalf("outcome %s, err %v, emits %d; want %s", res.Outcome, res.Err, len(res.Emits), tt.want)
 			}
@@ -63,9 +61,9 @@ echo "key=$FLOWRUN_KEY id=$FLOWRUN_ID attempt=$FLOWRUN_ATTEMPT"
 echo "parent=$FLOWRUN_TEST_PARENT"
 echo "stdin=$(cat)"
 `, "  emit_stdout = \"out\"\n"))
-	d := delivery(`{"id":7}`, map[string]string{"x-retry-count": "2", "Trace-Id": "abc def", "a.b c": "dots", "nul": "a\x00b"}, 3)
-	res := h.Handle(context.Background(), d)
-	if res.Outcome != engine.Ack() || res.Err != nil {
+	d := message(`{"id":7}`, map[string]string{"x-retry-count": "2", "Trace-Id": "abc def", "a.b c": "dots", "nul": "a\x00b"}, 3)
+	res := call(h, d)
+	if res.Outcome != Ack() || res.Err != nil {
 		t.Fatalf("outcome %s, err %v", res.Outcome, res.Err)
 	}
 	want := []string{
@@ -84,46 +82,38 @@ echo "stdin=$(cat)"
 
 func TestExecEmitStdout(t *testing.T) {
 	h := build(t, "h.hcl", shBlock(`printf '{"id":1}\n\n  \nplain text\r\n{"id":2}'`, "  emit_stdout = \"charges.done\"\n"))
-	res := h.Handle(context.Background(), delivery("", nil, 1))
-	if res.Outcome != engine.Ack() || res.Err != nil {
+	res := call(h, message("", nil, 1))
+	if res.Outcome != Ack() || res.Err != nil {
 		t.Fatalf("outcome %s, err %v", res.Outcome, res.Err)
 	}
 	if got, want := payloads(res.Emits), []string{`{"id":1}`, "plain text", `{"id":2}`}; !slices.Equal(got, want) {
 		t.Fatalf("emits %q, want %q", got, want)
 	}
 	for _, e := range res.Emits {
-		if e.Target != (engine.Target{Kind: "record"}) || e.Message.Key != "charges.done" || e.Message.Headers == nil {
-			t.Fatalf("emit %+v %+v", e.Target, e.Message)
+		if e.To != ToRecord("charges.done") || e.Headers == nil || len(e.Headers) != 0 {
+			t.Fatalf("emit to %s with headers %v", e.To, e.Headers)
 		}
 	}
 
 	t.Run("not on failure", func(t *testing.T) {
 		h := build(t, "h.hcl", shBlock("echo half; exit 75", "  emit_stdout = \"k\"\n"))
-		if res := h.Handle(context.Background(), delivery("", nil, 1)); res.Outcome != engine.Retry() || len(res.Emits) != 0 {
+		if res := call(h, message("", nil, 1)); res.Outcome != Retry() || len(res.Emits) != 0 {
 			t.Fatalf("outcome %s, emits %d; want retry without emits", res.Outcome, len(res.Emits))
 		}
 	})
 	t.Run("too much", func(t *testing.T) {
 		h := build(t, "h.hcl", shBlock("head -c 5000000 /dev/zero", "  emit_stdout = \"k\"\n"))
-		want := engine.DeadLetter(fmt.Sprintf("exec: stdout exceeded %d bytes", execMaxStdout))
-		if res := h.Handle(context.Background(), delivery("", nil, 1)); res.Outcome != want || len(res.Emits) != 0 {
+		want := DeadLetter(fmt.Sprintf("exec: stdout exceeded %d bytes", execMaxStdout))
+		if res := call(h, message("", nil, 1)); res.Outcome != want || len(res.Emits) != 0 {
 			t.Fatalf("outcome %s, emits %d; want %s", res.Outcome, len(res.Emits), want)
 		}
 	})
 	t.Run("discarded without emit_stdout", func(t *testing.T) {
 		h := build(t, "h.hcl", shBlock("echo hello", ""))
-		if res := h.Handle(context.Background(), delivery("", nil, 1)); res.Outcome != engine.Ack() || len(res.Emits) != 0 {
+		if res := call(h, message("", nil, 1)); res.Outcome != Ack() || len(res.Emits) != 0 {
 			t.Fatalf("outcome %s, emits %d", res.Outcome, len(res.Emits))
 		}
 	})
-}
-
-func payloads(emits []engine.Emit) []string {
-	out := make([]string, 0, len(emits))
-	for _, e := range emits {
-		out = append(out, string(e.Message.Payload))
-	}
-	return out
 }
 
 // A timeout kills the whole process group: the shell and the sleep it started in the background.
@@ -146,11 +136,11 @@ func TestExecTimeoutKillsProcessGroup(t *testing.T) {
 			h := build(t, "h.hcl", shBlock(script, fmt.Sprintf("  timeout = %q\n  emit_stdout = \"k\"\n", timeout)))
 
 			start := time.Now()
-			res := h.Handle(ctx, delivery("", nil, 1))
+			res := Call(ctx, h, message("", nil, 1))
 			if el := time.Since(start); el > 10*time.Second {
 				t.Fatalf("Handle took %s", el)
 			}
-			if res.Outcome != engine.Retry() || res.Err == nil {
+			if res.Outcome != Retry() || res.Err == nil {
 				t.Fatalf("outcome %s, err %v; want retry with an error", res.Outcome, res.Err)
 			}
 			if stop == "timeout" && res.Err.Error() != "exec: /bin/sh: timed out after 300ms, process group killed" {
@@ -220,19 +210,19 @@ func TestExecStartFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := build(t, "h.hcl", fmt.Sprintf("handler \"exec\" {\n  command = %s\n}\n", tt.command))
-			err := Start(context.Background(), h)
+			err := h.(Starter).Start(context.Background())
 			if (err == nil) != tt.startOK {
 				t.Fatalf("Start = %v, want ok %v", err, tt.startOK)
 			}
-			res := h.Handle(context.Background(), delivery("", nil, 1))
+			res := call(h, message("", nil, 1))
 			if tt.startOK {
-				if res.Outcome != engine.Ack() {
+				if res.Outcome != Ack() {
 					t.Fatalf("outcome %s, err %v", res.Outcome, res.Err)
 				}
 				return
 			}
 			// Run anyway (Start not wired, or the file vanished since): retry with the error.
-			if res.Outcome != engine.Retry() || res.Err == nil || !strings.HasPrefix(res.Err.Error(), "exec: ") {
+			if res.Outcome != Retry() || res.Err == nil || !strings.HasPrefix(res.Err.Error(), "exec: ") {
 				t.Fatalf("outcome %s, err %v; want retry with an exec: error", res.Outcome, res.Err)
 			}
 		})
@@ -248,12 +238,12 @@ func TestExecDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := build(t, filepath.Join(dir, "h.hcl"), "handler \"exec\" {\n  command = [\"./run.sh\"]\n  dir = \"work\"\n  emit_stdout = \"k\"\n}\n")
-	if err := Start(context.Background(), h); err != nil {
+	if err := h.(Starter).Start(context.Background()); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	res := h.Handle(context.Background(), delivery("", nil, 1))
+	res := call(h, message("", nil, 1))
 	want, _ := filepath.EvalSymlinks(filepath.Join(dir, "work"))
-	if got := payloads(res.Emits); res.Outcome != engine.Ack() || len(got) != 1 || got[0] != want {
+	if got := payloads(res.Emits); res.Outcome != Ack() || len(got) != 1 || got[0] != want {
 		t.Fatalf("outcome %s, err %v, stdout %q; want ack and %q", res.Outcome, res.Err, got, want)
 	}
 }
@@ -277,9 +267,15 @@ func TestExecConfigDiagnostics(t *testing.T) {
 			diags: []string{`h.hcl:2:13: Invalid value: The program, the first element of "command", must not be empty.`}},
 		{name: "a string, not a list", src: "handler \"exec\" {\n  command = \"./charge --live\"\n}\n",
 			diags: []string{`h.hcl:2:14: Unsuitable value type: Unsuitable value: list of string required, but have string`}},
-		{name: "timeout and dir", src: "handler \"exec\" {\n  command = [\"x\"]\n  timeout = \"-1s\"\n  dir = \"f\"\n}\n",
+		{name: "timeout and dir", src: "handler \"exec\" {\n  command = [\"x\"]\n  timeout = \"0s\"\n  dir = \"f\"\n}\n",
 			diags: []string{
 				`h.hcl:3:13: Invalid value: "timeout" must be greater than zero.`,
+				`h.hcl:4:9: Invalid directory: ` + filepath.Join(dir, "f") + ` is not a directory.`,
+			}},
+		// A negative duration is refused while decoding; the checks still run.
+		{name: "negative timeout", src: "handler \"exec\" {\n  command = [\"x\"]\n  timeout = \"-1s\"\n  dir = \"f\"\n}\n",
+			diags: []string{
+				`h.hcl:3:13: Invalid value: "timeout" must not be negative.`,
 				`h.hcl:4:9: Invalid directory: ` + filepath.Join(dir, "f") + ` is not a directory.`,
 			}},
 		{name: "missing dir", src: "handler \"exec\" {\n  command = [\"x\"]\n  dir = \"nope\"\n}\n",
@@ -287,7 +283,7 @@ func TestExecConfigDiagnostics(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, diags := decodeHandler(t, file, tt.src)
+			_, diags := decodeHandler(t, file, tt.src)
 			got := formatDiags(diags)
 			for i := range got {
 				got[i] = strings.TrimPrefix(got[i], dir+string(filepath.Separator))

@@ -7,14 +7,13 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
-	"github.com/rs/zerolog"
 
-	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/internal/handlers"
 )
 
 // decodeHandler parses src, which holds one `handler "NAME" {}` block, as the file filename
-// and decodes the block with the named plugin.
-func decodeHandler(t *testing.T, filename, src string) (Plugin, any, hcl.Diagnostics) {
+// and decodes the block as flowrun's loader does, through the registry.
+func decodeHandler(t *testing.T, filename, src string) (handlers.Config, hcl.Diagnostics) {
 	t.Helper()
 	f, diags := hclparse.NewParser().ParseHCL([]byte(src), filename)
 	if diags.HasErrors() {
@@ -25,28 +24,26 @@ func decodeHandler(t *testing.T, filename, src string) (Plugin, any, hcl.Diagnos
 		t.Fatalf("want one handler block: %s", diags)
 	}
 	b := content.Blocks[0]
-	p, ok := Lookup(b.Labels[0])
+	p, ok := handlers.Lookup(b.Labels[0])
 	if !ok {
 		t.Fatalf("no handler %q", b.Labels[0])
 	}
-	cfg, diags := p.Decode(b.Body, nil, b.DefRange)
-	return p, cfg, diags
+	return p.Decode(b.Body, nil, b.DefRange)
 }
 
-// build decodes src and builds the handler, failing the test on any diagnostic.
-func build(t *testing.T, filename, src string) engine.Handler {
+// build decodes src and provisions the handler (Build), failing the test on any diagnostic,
+// and closes it when the test ends.
+func build(t *testing.T, filename, src string) Handler {
 	t.Helper()
-	p, cfg, diags := decodeHandler(t, filename, src)
-	if diags.HasErrors() {
-		t.Fatalf("decode: %s", formatDiags(diags))
-	}
-	h, err := p.New(context.Background(), cfg, Env{Pipeline: "test", Logger: zerolog.Nop()})
+	h, err := Build(context.Background(), filename, src)
 	if err != nil {
-		t.Fatalf("new: %v", err)
+		t.Fatalf("build: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := Close(h); err != nil {
-			t.Errorf("close: %v", err)
+		if c, ok := h.(Closer); ok {
+			if err := c.Close(); err != nil {
+				t.Errorf("close: %v", err)
+			}
 		}
 	})
 	return h
@@ -65,12 +62,19 @@ func formatDiags(diags hcl.Diagnostics) []string {
 	return out
 }
 
-func delivery(payload string, headers map[string]string, attempt int) *engine.Delivery {
-	if headers == nil {
-		headers = map[string]string{}
+// message is a test message of key payouts and id 1-0.
+func message(payload string, headers map[string]string, attempt int) TestMessage {
+	return TestMessage{Key: "payouts", ID: "1-0", Headers: headers, Payload: []byte(payload), Attempt: attempt}
+}
+
+// call hands m to h as the engine would.
+func call(h Handler, m TestMessage) Result { return Call(context.Background(), h, m) }
+
+// payloads lists the emitted payloads as strings.
+func payloads(emits []Emitted) []string {
+	out := make([]string, 0, len(emits))
+	for _, e := range emits {
+		out = append(out, string(e.Payload))
 	}
-	return &engine.Delivery{
-		Message: engine.Message{Key: "payouts", ID: "1-0", Headers: headers, Payload: []byte(payload)},
-		Attempt: attempt,
-	}
+	return out
 }

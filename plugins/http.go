@@ -17,16 +17,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/hcl/v2"
 	"github.com/rs/zerolog"
-
-	"github.com/flowrun/flowrun/engine"
 )
 
 // Defaults and limits of the http handler.
 const (
 	httpDefaultMethod       = http.MethodPost
-	httpDefaultTimeout      = "10s"
+	httpDefaultTimeout      = 10 * time.Second
 	httpDefaultHeaderPrefix = "X-Flowrun-"
 
 	// Without a usable Retry-After, 429 and 5xx back off like backoff('1s', '5m').
@@ -43,11 +40,14 @@ const (
 )
 
 func init() {
-	Register(Plugin{
-		Name:   "http",
-		Doc:    "sends each message to an HTTP endpoint; 2xx acks, 429 and 5xx retry later, other statuses dead-letter",
-		Config: func() any { return newHTTPConfig() },
-		New:    newHTTPHandler,
+	Register(Spec[httpConfig]{
+		Name: "http",
+		Doc:  "sends each message to an HTTP endpoint; 2xx acks, 429 and 5xx retry later, other statuses dead-letter",
+		Defaults: func() httpConfig {
+			return httpConfig{Method: httpDefaultMethod, Timeout: httpDefaultTimeout, HeaderPrefix: httpDefaultHeaderPrefix}
+		},
+		Validate:  validateHTTP,
+		Provision: newHTTPHandler,
 	})
 }
 
@@ -55,15 +55,10 @@ func init() {
 type httpConfig struct {
 	URL          string            `hcl:"url"`
 	Method       string            `hcl:"method,optional"`
-	Timeout      string            `hcl:"timeout,optional"`
+	Timeout      time.Duration     `hcl:"timeout,optional"`
 	Headers      map[string]string `hcl:"headers,optional"`
 	HeaderPrefix string            `hcl:"header_prefix,optional"`
 	TLS          *httpTLSConfig    `hcl:"tls,block"`
-
-	// Set by ValidateBlock.
-	validated bool
-	timeout   time.Duration
-	tls       *tls.Config
 }
 
 // httpTLSConfig is the optional `tls {}` block. Paths are relative to the HCL file.
@@ -75,82 +70,75 @@ type httpTLSConfig struct {
 	InsecureSkipVerify bool   `hcl:"insecure_skip_verify,optional"`
 }
 
-func newHTTPConfig() *httpConfig {
-	return &httpConfig{Method: httpDefaultMethod, Timeout: httpDefaultTimeout, HeaderPrefix: httpDefaultHeaderPrefix}
-}
-
-var _ BlockValidator = (*httpConfig)(nil)
-
-// ValidateBlock checks what the types cannot and loads the TLS files, so `flowrun validate`
+// validateHTTP checks what the types cannot and loads the TLS files, so that `flowrun validate`
 // reports a missing certificate at its attribute.
-func (c *httpConfig) ValidateBlock(b Block) hcl.Diagnostics {
-	var diags hcl.Diagnostics
+func validateHTTP(c httpConfig, b Block) error {
+	var errs []error
 	if u, err := url.Parse(c.URL); err != nil {
-		diags = append(diags, b.Error("url", "Invalid URL", fmt.Sprintf("%q is not a URL: %s.", c.URL, unwrapURLError(err))))
+		errs = append(errs, b.Errorf("url", "Invalid URL", "%q is not a URL: %s.", c.URL, unwrapURLError(err)))
 	} else if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		diags = append(diags, b.Error("url", "Invalid URL", fmt.Sprintf("%q must be an absolute http:// or https:// URL.", c.URL)))
+		errs = append(errs, b.Errorf("url", "Invalid URL", "%q must be an absolute http:// or https:// URL.", c.URL))
 	}
-	c.Method = strings.ToUpper(c.Method)
-	if !validToken(c.Method) {
-		diags = append(diags, b.Error("method", "Invalid value", fmt.Sprintf("%q is not an HTTP method.", c.Method)))
+	if method := strings.ToUpper(c.Method); !validToken(method) {
+		errs = append(errs, b.Errorf("method", "Invalid value", "%q is not an HTTP method.", method))
 	}
-	if d, diag := b.Duration("timeout", c.Timeout); diag != nil {
-		diags = append(diags, diag)
-	} else {
-		c.timeout = d
+	if c.Timeout <= 0 {
+		errs = append(errs, b.Errorf("timeout", "Invalid value", "%q must be greater than zero.", "timeout"))
 	}
 	for _, name := range sortedKeys(c.Headers) {
 		if !validToken(name) {
-			diags = append(diags, b.Error("headers", "Invalid value", fmt.Sprintf("%q is not a valid HTTP header name.", name)))
+			errs = append(errs, b.Errorf("headers", "Invalid value", "%q is not a valid HTTP header name.", name))
 		} else if !validHeaderValue(c.Headers[name]) {
-			diags = append(diags, b.Error("headers", "Invalid value", fmt.Sprintf("The value of header %q contains a line break or control character.", name)))
+			errs = append(errs, b.Errorf("headers", "Invalid value", "The value of header %q contains a line break or control character.", name))
 		}
 	}
 	if c.HeaderPrefix != "" && !validToken(c.HeaderPrefix) {
-		diags = append(diags, b.Error("header_prefix", "Invalid value",
-			fmt.Sprintf("%q cannot start an HTTP header name: use letters, digits and '-'.", c.HeaderPrefix)))
+		errs = append(errs, b.Errorf("header_prefix", "Invalid value",
+			"%q cannot start an HTTP header name: use letters, digits and '-'.", c.HeaderPrefix))
 	}
 	if c.TLS != nil {
 		tb, _ := b.Child("tls")
-		cfg, ds := c.TLS.load(tb)
-		diags = append(diags, ds...)
-		c.tls = cfg
+		_, problems := c.TLS.load(tb.Path)
+		for _, p := range problems {
+			errs = append(errs, tb.Errorf(p.attr, p.summary, "%s", p.detail))
+		}
 	}
-	c.validated = !diags.HasErrors()
-	return diags
+	return errors.Join(errs...)
 }
 
-func (t *httpTLSConfig) load(b Block) (*tls.Config, hcl.Diagnostics) {
-	var diags hcl.Diagnostics
+// problem is a mistake found in a config, about the named attribute ("" for the block).
+type problem struct{ attr, summary, detail string }
+
+// load reads the TLS files, their paths resolved by path.
+func (t *httpTLSConfig) load(path func(string) string) (*tls.Config, []problem) {
+	var problems []problem
 	cfg := &tls.Config{ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
 	if t.CAFile != "" {
-		pem, err := os.ReadFile(b.Path(t.CAFile))
+		pem, err := os.ReadFile(path(t.CAFile))
 		switch {
 		case err != nil:
-			diags = append(diags, b.Error("ca_file", "Cannot read CA file", unwrapPathError(err)))
+			problems = append(problems, problem{"ca_file", "Cannot read CA file", unwrapPathError(err)})
 		default:
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(pem) {
-				diags = append(diags, b.Error("ca_file", "Invalid CA file", fmt.Sprintf("%q holds no PEM certificate.", t.CAFile)))
+				problems = append(problems, problem{"ca_file", "Invalid CA file", fmt.Sprintf("%q holds no PEM certificate.", t.CAFile)})
 			}
 			cfg.RootCAs = pool
 		}
 	}
 	switch {
 	case t.CertFile != "" && t.KeyFile == "":
-		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Missing required argument",
-			Detail: `The argument "key_file" is required in a tls block with a cert_file.`, Subject: b.DefRange.Ptr()})
+		problems = append(problems, problem{"", "Missing required argument", `The argument "key_file" is required in a tls block with a cert_file.`})
 	case t.KeyFile != "" && t.CertFile == "":
-		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Missing required argument",
-			Detail: `The argument "cert_file" is required in a tls block with a key_file.`, Subject: b.DefRange.Ptr()})
+		problems = append(problems, problem{"", "Missing required argument", `The argument "cert_file" is required in a tls block with a key_file.`})
 	case t.CertFile != "":
-		cert, err := tls.LoadX509KeyPair(b.Path(t.CertFile), b.Path(t.KeyFile))
+		cert, err := tls.LoadX509KeyPair(path(t.CertFile), path(t.KeyFile))
 		if err != nil {
-			diags = append(diags, b.Error("cert_file", "Invalid client certificate", unwrapPathError(err)))
+			problems = append(problems, problem{"cert_file", "Invalid client certificate", unwrapPathError(err)})
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
-	return cfg, diags
+	return cfg, problems
 }
 
 // httpHandler sends each delivery as one request. It is safe for concurrent use: one client,
@@ -169,30 +157,25 @@ type httpHandler struct {
 }
 
 var (
-	_ engine.Handler = (*httpHandler)(nil)
-	_ Closer         = (*httpHandler)(nil)
+	_ Handler = (*httpHandler)(nil)
+	_ Closer  = (*httpHandler)(nil)
 )
 
-func newHTTPHandler(_ context.Context, c any, env Env) (engine.Handler, error) {
-	cfg, ok := c.(*httpConfig)
-	if !ok {
-		return nil, fmt.Errorf("http: config is %T, want the one Config returned", c)
-	}
-	if !cfg.validated {
-		// Built without Decode (a test, a program): check it the same way.
-		if diags := cfg.ValidateBlock(Block{}); diags.HasErrors() {
-			return nil, fmt.Errorf("http: %w", diags)
-		}
-	}
+func newHTTPHandler(_ context.Context, cfg httpConfig, env Env) (Handler, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = httpIdlePerHost
-	if cfg.tls != nil {
-		tr.TLSClientConfig = cfg.tls
+	if cfg.TLS != nil {
+		// Validate read these files moments ago; they can only have gone since.
+		tc, problems := cfg.TLS.load(env.Path)
+		if len(problems) > 0 {
+			return nil, fmt.Errorf("http: tls: %s: %s", problems[0].summary, problems[0].detail)
+		}
+		tr.TLSClientConfig = tc
 	}
 	h := &httpHandler{
 		url:     cfg.URL,
-		method:  cfg.Method,
-		timeout: cfg.timeout,
+		method:  strings.ToUpper(cfg.Method),
+		timeout: cfg.Timeout,
 		headers: cfg.Headers,
 		prefix:  cfg.HeaderPrefix,
 		client: &http.Client{
@@ -222,33 +205,35 @@ func (h *httpHandler) Close() error {
 	return nil
 }
 
-func (h *httpHandler) Handle(ctx context.Context, d *engine.Delivery) engine.Result {
+func (h *httpHandler) Handle(ctx context.Context, m Message, _ *Emitter) (Outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, h.method, h.url, bytes.NewReader(d.Payload))
+	payload := m.Payload()
+	req, err := http.NewRequestWithContext(ctx, h.method, h.url, bytes.NewReader(payload))
 	if err != nil {
-		return engine.Result{Outcome: engine.Retry(), Err: fmt.Errorf("http: %w", err)}
+		return Retry(), fmt.Errorf("http: %w", err)
 	}
-	h.setHeaders(req, d)
+	h.setHeaders(req, m, json.Valid(payload))
 	resp, err := h.client.Do(req)
 	if err != nil {
 		// Connection refused, TLS failure, timeout, or the shutdown grace running out.
-		return engine.Result{Outcome: engine.Retry(), Err: fmt.Errorf("http: %w", err)}
+		return Retry(), fmt.Errorf("http: %w", err)
 	}
 	defer func() {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
 		_ = resp.Body.Close()
 	}()
-	return engine.Result{Outcome: h.outcome(resp, d.Attempt)}
+	return h.outcome(resp, m.Attempt()), nil
 }
 
 // setHeaders writes the message headers under the prefix, the content type, then the configured
 // headers, which win over both.
-func (h *httpHandler) setHeaders(req *http.Request, d *engine.Delivery) {
-	// Sorted, so that two message headers that differ only in case always resolve the same way.
+func (h *httpHandler) setHeaders(req *http.Request, m Message, isJSON bool) {
+	// In name order, so that two message headers that differ only in case always resolve the
+	// same way.
 	var skipped []string
-	for _, k := range sortedKeys(d.Headers) {
-		name, v := h.prefix+k, d.Headers[k]
+	for k, v := range m.Headers() {
+		name := h.prefix + k
 		if !validToken(name) || !validHeaderValue(v) {
 			skipped = append(skipped, k)
 			continue
@@ -258,7 +243,7 @@ func (h *httpHandler) setHeaders(req *http.Request, d *engine.Delivery) {
 	if len(skipped) > 0 {
 		h.log.Debug().Strs("headers", skipped).Msg("message headers not sendable over HTTP left out")
 	}
-	if json.Valid(d.Payload) {
+	if isJSON {
 		req.Header.Set("Content-Type", "application/json")
 	} else {
 		req.Header.Set("Content-Type", "application/octet-stream")
@@ -275,18 +260,18 @@ func (h *httpHandler) setHeaders(req *http.Request, d *engine.Delivery) {
 }
 
 // outcome maps a response to an outcome (SPEC §8).
-func (h *httpHandler) outcome(resp *http.Response, attempt int) engine.Outcome {
+func (h *httpHandler) outcome(resp *http.Response, attempt int) Outcome {
 	code := resp.StatusCode
 	switch {
 	case code >= 200 && code < 300:
-		return engine.Ack()
+		return Ack()
 	case code == http.StatusTooManyRequests || (code >= 500 && code < 600):
 		if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), h.now()); ok {
-			return engine.RetryAfter(d)
+			return RetryAfter(d)
 		}
-		return engine.RetryAfter(Backoff(attempt, httpBackoffBase, httpBackoffMax))
+		return RetryAfter(Backoff(httpBackoffBase, httpBackoffMax, attempt))
 	}
-	return engine.DeadLetter(httpReason(resp))
+	return DeadLetter(httpReason(resp))
 }
 
 // httpReason is "http 400 Bad Request", plus the start of the response body when there is one.

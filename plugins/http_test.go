@@ -18,8 +18,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/flowrun/flowrun/engine"
 )
 
 func httpBlock(url, extra string) string {
@@ -34,26 +32,26 @@ func TestHTTPStatus(t *testing.T) {
 		retryAfter string
 		body       string
 		attempt    int
-		want       engine.Outcome
+		want       Outcome
 		backoffCap time.Duration // for retry_after without a usable Retry-After: Delay in [0, cap]
 	}{
-		{name: "200", status: 200, want: engine.Ack()},
-		{name: "201", status: 201, want: engine.Ack()},
-		{name: "204", status: 204, want: engine.Ack()},
-		{name: "299", status: 299, want: engine.Ack()},
-		{name: "400 with body", status: 400, body: "{\"error\": \"no amount\"}\n", want: engine.DeadLetter(`http 400 Bad Request: {"error": "no amount"}`)},
-		{name: "401", status: 401, want: engine.DeadLetter("http 401 Unauthorized")},
-		{name: "404", status: 404, body: "  \n", want: engine.DeadLetter("http 404 Not Found")},
-		{name: "409 long body", status: 409, body: strings.Repeat("x", 300), want: engine.DeadLetter("http 409 Conflict: " + strings.Repeat("x", 200) + "…")},
-		{name: "unknown 4xx", status: 499, want: engine.DeadLetter("http 499")},
-		{name: "302 not followed", status: 302, want: engine.DeadLetter("http 302 Found")},
-		{name: "304", status: 304, want: engine.DeadLetter("http 304 Not Modified")},
-		{name: "429 seconds", status: 429, retryAfter: "120", want: engine.RetryAfter(120 * time.Second)},
-		{name: "503 seconds", status: 503, retryAfter: " 7 ", want: engine.RetryAfter(7 * time.Second)},
-		{name: "500 zero", status: 500, retryAfter: "0", want: engine.RetryAfter(0)},
-		{name: "503 date", status: 503, retryAfter: now.Add(90 * time.Second).Format(http.TimeFormat), want: engine.RetryAfter(90 * time.Second)},
-		{name: "429 date in the past", status: 429, retryAfter: now.Add(-time.Hour).Format(http.TimeFormat), want: engine.RetryAfter(0)},
-		{name: "503 huge", status: 503, retryAfter: "99999999999999", want: engine.RetryAfter(24 * time.Hour)},
+		{name: "200", status: 200, want: Ack()},
+		{name: "201", status: 201, want: Ack()},
+		{name: "204", status: 204, want: Ack()},
+		{name: "299", status: 299, want: Ack()},
+		{name: "400 with body", status: 400, body: "{\"error\": \"no amount\"}\n", want: DeadLetter(`http 400 Bad Request: {"error": "no amount"}`)},
+		{name: "401", status: 401, want: DeadLetter("http 401 Unauthorized")},
+		{name: "404", status: 404, body: "  \n", want: DeadLetter("http 404 Not Found")},
+		{name: "409 long body", status: 409, body: strings.Repeat("x", 300), want: DeadLetter("http 409 Conflict: " + strings.Repeat("x", 200) + "…")},
+		{name: "unknown 4xx", status: 499, want: DeadLetter("http 499")},
+		{name: "302 not followed", status: 302, want: DeadLetter("http 302 Found")},
+		{name: "304", status: 304, want: DeadLetter("http 304 Not Modified")},
+		{name: "429 seconds", status: 429, retryAfter: "120", want: RetryAfter(120 * time.Second)},
+		{name: "503 seconds", status: 503, retryAfter: " 7 ", want: RetryAfter(7 * time.Second)},
+		{name: "500 zero", status: 500, retryAfter: "0", want: RetryAfter(0)},
+		{name: "503 date", status: 503, retryAfter: now.Add(90 * time.Second).Format(http.TimeFormat), want: RetryAfter(90 * time.Second)},
+		{name: "429 date in the past", status: 429, retryAfter: now.Add(-time.Hour).Format(http.TimeFormat), want: RetryAfter(0)},
+		{name: "503 huge", status: 503, retryAfter: "99999999999999", want: RetryAfter(24 * time.Hour)},
 		{name: "429 no header", status: 429, attempt: 1, backoffCap: time.Second},
 		{name: "500 no header attempt 4", status: 500, attempt: 4, backoffCap: 8 * time.Second},
 		{name: "502 garbage header", status: 502, retryAfter: "soon", attempt: 2, backoffCap: 2 * time.Second},
@@ -72,12 +70,12 @@ func TestHTTPStatus(t *testing.T) {
 			h := build(t, "h.hcl", httpBlock(srv.URL, ""))
 			h.(*httpHandler).now = func() time.Time { return now }
 
-			res := h.Handle(context.Background(), delivery(`{"id":1}`, nil, max(tt.attempt, 1)))
+			res := call(h, message(`{"id":1}`, nil, max(tt.attempt, 1)))
 			if res.Err != nil || len(res.Emits) != 0 {
 				t.Fatalf("err %v, emits %v", res.Err, res.Emits)
 			}
 			if tt.backoffCap > 0 {
-				if res.Outcome.Kind != engine.KindRetryAfter || res.Outcome.Delay < 0 || res.Outcome.Delay > tt.backoffCap {
+				if d := res.Outcome.Delay(); res.Outcome != RetryAfter(d) || d > tt.backoffCap {
 					t.Fatalf("outcome %s, want retry_after in [0, %s]", res.Outcome, tt.backoffCap)
 				}
 				return
@@ -186,8 +184,8 @@ func TestHTTPRequest(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			srv, got := recordingServer(t)
 			h := build(t, "h.hcl", httpBlock(srv.URL+"/hook", tt.extra))
-			res := h.Handle(context.Background(), delivery(tt.payload, tt.headers, 1))
-			if res.Outcome != engine.Ack() || res.Err != nil {
+			res := call(h, message(tt.payload, tt.headers, 1))
+			if res.Outcome != Ack() || res.Err != nil {
 				t.Fatalf("outcome %s, err %v", res.Outcome, res.Err)
 			}
 			tt.check(t, got())
@@ -216,8 +214,8 @@ func TestHTTPTimeoutAndShutdown(t *testing.T) {
 	t.Run("timeout", func(t *testing.T) {
 		h := build(t, "h.hcl", httpBlock(srv.URL, "  timeout = \"100ms\"\n"))
 		start := time.Now()
-		res := h.Handle(context.Background(), delivery("{}", nil, 1))
-		if res.Outcome != engine.Retry() || !errors.Is(res.Err, context.DeadlineExceeded) {
+		res := call(h, message("{}", nil, 1))
+		if res.Outcome != Retry() || !errors.Is(res.Err, context.DeadlineExceeded) {
 			t.Fatalf("outcome %s, err %v; want retry with a deadline error", res.Outcome, res.Err)
 		}
 		if el := time.Since(start); el > 5*time.Second {
@@ -228,8 +226,8 @@ func TestHTTPTimeoutAndShutdown(t *testing.T) {
 		h := build(t, "h.hcl", httpBlock(srv.URL, ""))
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { time.Sleep(50 * time.Millisecond); cancel() }()
-		res := h.Handle(ctx, delivery("{}", nil, 1))
-		if res.Outcome != engine.Retry() || !errors.Is(res.Err, context.Canceled) {
+		res := Call(ctx, h, message("{}", nil, 1))
+		if res.Outcome != Retry() || !errors.Is(res.Err, context.Canceled) {
 			t.Fatalf("outcome %s, err %v; want retry with context.Canceled", res.Outcome, res.Err)
 		}
 	})
@@ -256,8 +254,8 @@ func TestHTTPConnectionErrors(t *testing.T) {
 	for name, url := range map[string]string{"refused": closedURL, "hang up": hangup.URL} {
 		t.Run(name, func(t *testing.T) {
 			h := build(t, "h.hcl", httpBlock(url, ""))
-			res := h.Handle(context.Background(), delivery("{}", nil, 1))
-			if res.Outcome != engine.Retry() || res.Err == nil || !strings.HasPrefix(res.Err.Error(), "http: ") {
+			res := call(h, message("{}", nil, 1))
+			if res.Outcome != Retry() || res.Err == nil || !strings.HasPrefix(res.Err.Error(), "http: ") {
 				t.Fatalf("outcome %s, err %v; want retry with an http: error", res.Outcome, res.Err)
 			}
 		})
@@ -283,13 +281,13 @@ func TestHTTPRedirects(t *testing.T) {
 
 	tests := []struct {
 		path   string
-		want   engine.Outcome
+		want   Outcome
 		bodies []string
 	}{
-		{"/307", engine.Ack(), []string{`POST {"a":1}`}},
-		{"/308", engine.Ack(), []string{`POST {"a":1}`}},
-		{"/301", engine.DeadLetter("http 301 Moved Permanently"), nil},
-		{"/303", engine.DeadLetter("http 303 See Other"), nil},
+		{"/307", Ack(), []string{`POST {"a":1}`}},
+		{"/308", Ack(), []string{`POST {"a":1}`}},
+		{"/301", DeadLetter("http 301 Moved Permanently"), nil},
+		{"/303", DeadLetter("http 303 See Other"), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
@@ -297,7 +295,7 @@ func TestHTTPRedirects(t *testing.T) {
 			bodies = nil
 			mu.Unlock()
 			h := build(t, "h.hcl", httpBlock(srv.URL+tt.path, ""))
-			res := h.Handle(context.Background(), delivery(`{"a":1}`, nil, 1))
+			res := call(h, message(`{"a":1}`, nil, 1))
 			if res.Outcome != tt.want || res.Err != nil {
 				t.Fatalf("outcome %s, err %v; want %s", res.Outcome, res.Err, tt.want)
 			}
@@ -328,7 +326,7 @@ func TestHTTPReusesConnections(t *testing.T) {
 
 	h := build(t, "h.hcl", httpBlock(srv.URL, ""))
 	for range 5 {
-		if res := h.Handle(context.Background(), delivery("{}", nil, 1)); res.Outcome.Kind != engine.KindRetryAfter {
+		if res := call(h, message("{}", nil, 1)); res.Outcome != RetryAfter(res.Outcome.Delay()) {
 			t.Fatalf("outcome %s, want retry_after", res.Outcome)
 		}
 	}
@@ -361,11 +359,11 @@ func TestHTTPTLS(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := build(t, hclFile, httpBlock(srv.URL, tt.extra))
-			res := h.Handle(context.Background(), delivery("{}", nil, 1))
-			if tt.ok && (res.Outcome != engine.Ack() || res.Err != nil) {
+			res := call(h, message("{}", nil, 1))
+			if tt.ok && (res.Outcome != Ack() || res.Err != nil) {
 				t.Fatalf("outcome %s, err %v; want ack", res.Outcome, res.Err)
 			}
-			if !tt.ok && (res.Outcome != engine.Retry() || res.Err == nil || !strings.Contains(res.Err.Error(), "certificate")) {
+			if !tt.ok && (res.Outcome != Retry() || res.Err == nil || !strings.Contains(res.Err.Error(), "certificate")) {
 				t.Fatalf("outcome %s, err %v; want retry with a certificate error", res.Outcome, res.Err)
 			}
 		})
@@ -421,9 +419,10 @@ func TestHTTPConfigDiagnostics(t *testing.T) {
 				"    ca_file   = \"missing.pem\"\n" +
 				"    cert_file = \"c.pem\"\n" +
 				"  }\n}\n",
+			// In the order written, as the command line shows them: the tls header first.
 			diags: []string{
-				`h.hcl:4:17: Cannot read CA file: ` + filepath.Join(dir, "missing.pem") + `: no such file or directory.`,
 				`h.hcl:3:3: Missing required argument: The argument "key_file" is required in a tls block with a cert_file.`,
+				`h.hcl:4:17: Cannot read CA file: ` + filepath.Join(dir, "missing.pem") + `: no such file or directory.`,
 			},
 		},
 		{
@@ -445,7 +444,7 @@ func TestHTTPConfigDiagnostics(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, diags := decodeHandler(t, file, tt.src)
+			_, diags := decodeHandler(t, file, tt.src)
 			got := formatDiags(diags)
 			for i := range got {
 				got[i] = strings.TrimPrefix(got[i], dir+string(filepath.Separator))
@@ -458,13 +457,18 @@ func TestHTTPConfigDiagnostics(t *testing.T) {
 }
 
 func TestHTTPDefaults(t *testing.T) {
-	_, cfg, diags := decodeHandler(t, "h.hcl", httpBlock("https://hooks.example.com/p", ""))
+	cfg, diags := decodeHandler(t, "h.hcl", httpBlock("https://hooks.example.com/p", ""))
 	if diags.HasErrors() {
 		t.Fatal(formatDiags(diags))
 	}
-	c := cfg.(*httpConfig)
-	if c.Method != "POST" || c.timeout != 10*time.Second || c.HeaderPrefix != "X-Flowrun-" || c.tls != nil {
-		t.Fatalf("defaults: method %q timeout %s prefix %q tls %v", c.Method, c.timeout, c.HeaderPrefix, c.tls)
+	c := cfg.Value().(httpConfig)
+	if c.Method != "POST" || c.Timeout != 10*time.Second || c.HeaderPrefix != "X-Flowrun-" || c.TLS != nil {
+		t.Fatalf("defaults: method %q timeout %s prefix %q tls %v", c.Method, c.Timeout, c.HeaderPrefix, c.TLS)
+	}
+	// The method is upper-cased for the request, not in the config Validate saw.
+	h := build(t, "h.hcl", httpBlock("https://hooks.example.com/p", "  method = \"put\"\n"))
+	if m := h.(*httpHandler).method; m != "PUT" {
+		t.Fatalf("method %q, want PUT", m)
 	}
 }
 

@@ -2,17 +2,16 @@ package plugins
 
 import (
 	"context"
+	"maps"
 
 	"github.com/rs/zerolog"
-
-	"github.com/flowrun/flowrun/engine"
 )
 
 func init() {
-	Register(Plugin{
+	Register(Spec[struct{}]{
 		Name: "log",
 		Doc:  "logs each message at info and acknowledges it",
-		New: func(_ context.Context, _ any, env Env) (engine.Handler, error) {
+		Provision: func(_ context.Context, _ struct{}, env Env) (Handler, error) {
 			return &logHandler{log: env.Logger}, nil
 		},
 	})
@@ -20,15 +19,16 @@ func init() {
 
 type logHandler struct{ log zerolog.Logger }
 
-var _ engine.Handler = (*logHandler)(nil)
+var _ Handler = (*logHandler)(nil)
 
-func (h *logHandler) Handle(_ context.Context, d *engine.Delivery) engine.Result {
-	h.log.Info().
-		Str("key", d.Key).
-		Str("id", d.ID).
-		Int("attempt", d.Attempt).
-		Interface("headers", d.Headers).
-		Str("payload", string(d.Payload)).
-		Msg("message")
-	return engine.Result{Outcome: engine.Ack()}
+func (h *logHandler) Handle(_ context.Context, m Message, _ *Emitter) (Outcome, error) {
+	if ev := h.log.Info(); ev.Enabled() {
+		ev.Str("key", m.Key()).
+			Str("id", m.ID()).
+			Int("attempt", m.Attempt()).
+			Interface("headers", maps.Collect(m.Headers())).
+			Str("payload", string(m.Payload())).
+			Msg("message")
+	}
+	return Ack(), nil
 }

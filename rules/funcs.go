@@ -3,11 +3,11 @@ package rules
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"time"
 
 	"github.com/flowrun/flowrun/engine"
+	jitter "github.com/flowrun/flowrun/internal/backoff"
 )
 
 var errNegative = errors.New("negative duration")
@@ -47,7 +47,8 @@ func retryAfter(args ...any) (any, error) {
 }
 
 // backoff implements backoff(base, max) with the attempt as a third argument added at compile
-// time: a uniformly random duration in [0, min(max, base*2^(attempt-1))] (full jitter).
+// time: a uniformly random duration in [0, min(max, base*2^(attempt-1))] (full jitter), drawn by
+// the same function as plugins.Backoff.
 func backoff(args ...any) (any, error) {
 	base, err := durationArg(args[0])
 	if err != nil {
@@ -58,30 +59,5 @@ func backoff(args ...any) (any, error) {
 		return nil, fmt.Errorf("backoff: max: %w", err)
 	}
 	attempt, _ := args[2].(int)
-	return Backoff(base, maxD, attempt), nil
-}
-
-// Backoff returns a uniformly random duration in [0, min(max, base*2^(attempt-1))]; an attempt
-// below 1 counts as 1. It is the expression function backoff, exported for Go handlers.
-func Backoff(base, max time.Duration, attempt int) time.Duration {
-	c := BackoffCap(base, max, attempt)
-	if c <= 0 {
-		return 0
-	}
-	return time.Duration(rand.Uint64N(uint64(c) + 1)) // +1: the cap itself is a possible draw
-}
-
-// BackoffCap is the upper bound of Backoff: min(max, base*2^(attempt-1)), without overflow.
-func BackoffCap(base, max time.Duration, attempt int) time.Duration {
-	if base <= 0 || max <= 0 {
-		return 0
-	}
-	if attempt < 1 {
-		attempt = 1
-	}
-	shift := attempt - 1
-	if shift >= 63 || base > max>>shift {
-		return max
-	}
-	return base << shift
+	return jitter.Full(base, maxD, attempt), nil
 }

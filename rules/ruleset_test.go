@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -132,52 +131,6 @@ func TestRetryAfterBackoff(t *testing.T) {
 			// 2000 uniform draws all below 90% of the cap: probability 0.9^2000.
 			if maxSeen < tt.cap*9/10 {
 				t.Errorf("largest delay %v never came near the cap %v: not exponential on attempt", maxSeen, tt.cap)
-			}
-		})
-	}
-}
-
-func TestBackoffDistribution(t *testing.T) {
-	tests := []struct {
-		base, max time.Duration
-		attempt   int
-		cap       time.Duration
-	}{
-		{time.Second, 5 * time.Minute, 1, time.Second},
-		{time.Second, 5 * time.Minute, 3, 4 * time.Second},
-		{100 * time.Millisecond, time.Second, 20, time.Second},
-		{time.Second, time.Duration(math.MaxInt64), 80, time.Duration(math.MaxInt64)}, // no overflow
-		{0, time.Second, 3, 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.cap.String(), func(t *testing.T) {
-			if got := BackoffCap(tt.base, tt.max, tt.attempt); got != tt.cap {
-				t.Fatalf("cap %v, want %v", got, tt.cap)
-			}
-			const n = 20000
-			var sum float64
-			lo, hi := time.Duration(math.MaxInt64), time.Duration(0)
-			for i := 0; i < n; i++ {
-				d := Backoff(tt.base, tt.max, tt.attempt)
-				if d < 0 || d > tt.cap {
-					t.Fatalf("draw %v outside [0, %v]", d, tt.cap)
-				}
-				sum += float64(d)
-				lo, hi = min(lo, d), max(hi, d)
-			}
-			if tt.cap == 0 {
-				if hi != 0 {
-					t.Fatalf("got %v, want 0", hi)
-				}
-				return
-			}
-			// Uniform on [0, cap]: mean cap/2, standard error cap/sqrt(12n) ≈ 0.002 cap.
-			mean := sum / n / float64(tt.cap)
-			if math.Abs(mean-0.5) > 0.02 {
-				t.Errorf("mean %.3f of cap, want 0.5", mean)
-			}
-			if float64(lo) > 0.01*float64(tt.cap) || float64(hi) < 0.99*float64(tt.cap) {
-				t.Errorf("range [%v, %v] does not span [0, %v]", lo, hi, tt.cap)
 			}
 		})
 	}

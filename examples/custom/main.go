@@ -1,5 +1,6 @@
 // Command payouts is flowrun with one more Go handler compiled in: "payout", from the package
-// beside it. Everything else (commands, flags, the built-in handlers) is flowrun's own:
+// beside it. Everything else (commands, flags, the built-in handlers log, http and exec) is
+// flowrun's own, from package cli:
 //
 //	go build -o payouts ./examples/custom
 //	./payouts plugins
@@ -9,7 +10,6 @@ package main
 import (
 	"github.com/flowrun/flowrun/cli"
 	_ "github.com/flowrun/flowrun/examples/custom/payouts" // the "payout" handler
-	_ "github.com/flowrun/flowrun/plugins"                 // the built-in handlers: log, http, exec
 )
 
 func main() { cli.Main() }

@@ -12,6 +12,8 @@
 //
 // The payload is a JSON object with an id and a positive amount. A message with the header
 // gateway = "down" finds the gateway down.
+//
+// It imports flowrun's handler API, package plugins, and nothing else of flowrun's.
 package payouts
 
 import (
@@ -22,82 +24,72 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/hashicorp/hcl/v2"
 	"github.com/rs/zerolog"
 
-	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/plugins"
 )
 
 // Defaults of the handler's attributes.
 const (
-	DefaultBase = "1s"
-	DefaultMax  = "1m"
+	DefaultBase = time.Second
+	DefaultMax  = time.Minute
 )
 
 func init() {
-	plugins.Register(plugins.Plugin{
-		Name:   "payout",
-		Doc:    "pays out {id, amount} payouts; dead-letters invalid ones, retries a flaky gateway with backoff",
-		Config: func() any { return &Config{Base: DefaultBase, Max: DefaultMax} },
-		New: func(_ context.Context, cfg any, env plugins.Env) (engine.Handler, error) {
-			c, ok := cfg.(*Config)
-			if !ok || c.base <= 0 {
-				return nil, fmt.Errorf("payout: config %T was not decoded and validated", cfg)
-			}
-			return &Handler{cfg: c, log: env.Logger}, nil
-		},
+	plugins.Register(plugins.Spec[Config]{
+		Name:      "payout",
+		Doc:       "pays out {id, amount} payouts; dead-letters invalid ones, retries a flaky gateway with backoff",
+		Defaults:  func() Config { return Config{Base: DefaultBase, Max: DefaultMax} },
+		Validate:  Validate,
+		Provision: New,
 	})
 }
 
-// Config is the body of `handler "payout" {}`.
+// Config is the body of `handler "payout" {}`. Durations are written as strings ("250ms",
+// "30s", "1h") and arrive parsed.
 type Config struct {
-	Base         string `hcl:"base,optional"`
-	Max          string `hcl:"max,optional"`
-	Latency      string `hcl:"latency,optional"`
-	FailAttempts int    `hcl:"fail_attempts,optional"`
-	DoneKey      string `hcl:"done_key,optional"`
-
-	base, max, latency time.Duration
+	Base         time.Duration `hcl:"base,optional"`
+	Max          time.Duration `hcl:"max,optional"`
+	Latency      time.Duration `hcl:"latency,optional"`
+	FailAttempts int           `hcl:"fail_attempts,optional"`
+	DoneKey      string        `hcl:"done_key,optional"`
 }
 
-// ValidateBlock parses the durations and checks the values, each diagnostic at its attribute.
-func (c *Config) ValidateBlock(b plugins.Block) hcl.Diagnostics {
-	var diags hcl.Diagnostics
-	var d *hcl.Diagnostic
-	if c.base, d = b.Duration("base", c.Base); d != nil {
-		diags = append(diags, d)
+// Validate checks what the types cannot, each error at its attribute. It runs at every load,
+// `flowrun validate` included.
+func Validate(c Config, b plugins.Block) error {
+	var errs []error
+	if c.Base <= 0 {
+		errs = append(errs, b.Errorf("base", "Invalid value", `"base" must be greater than zero.`))
 	}
-	if c.max, d = b.Duration("max", c.Max); d != nil {
-		diags = append(diags, d)
+	if c.Max <= 0 {
+		errs = append(errs, b.Errorf("max", "Invalid value", `"max" must be greater than zero.`))
 	}
-	if c.base > 0 && c.max > 0 && c.base > c.max {
-		diags = append(diags, b.Error("base", "Invalid value",
-			fmt.Sprintf(`"base" (%s) must not exceed "max" (%s).`, c.base, c.max)))
-	}
-	if c.Latency != "" {
-		if c.latency, d = b.Duration("latency", c.Latency); d != nil {
-			diags = append(diags, d)
-		}
+	if c.Base > 0 && c.Max > 0 && c.Base > c.Max {
+		errs = append(errs, b.Errorf("base", "Invalid value", `"base" (%s) must not exceed "max" (%s).`, c.Base, c.Max))
 	}
 	if c.FailAttempts < 0 {
-		diags = append(diags, b.Error("fail_attempts", "Invalid value", `"fail_attempts" must not be negative.`))
+		errs = append(errs, b.Errorf("fail_attempts", "Invalid value", `"fail_attempts" must not be negative.`))
 	}
-	return diags
+	return errors.Join(errs...)
+}
+
+// New builds the handler from a validated config: once per pipeline, by `flowrun run`.
+func New(_ context.Context, c Config, env plugins.Env) (plugins.Handler, error) {
+	return &Handler{cfg: c, log: env.Logger}, nil
 }
 
 // Handler is the built "payout" handler. It keeps no state per message, so it is safe for the
 // concurrent calls the engine makes.
 type Handler struct {
-	cfg *Config
+	cfg Config
 	log zerolog.Logger
 }
 
 var (
-	_ engine.Handler         = (*Handler)(nil)
-	_ plugins.Starter        = (*Handler)(nil)
-	_ plugins.Closer         = (*Handler)(nil)
-	_ plugins.BlockValidator = (*Config)(nil)
+	_ plugins.Handler = (*Handler)(nil)
+	_ plugins.Starter = (*Handler)(nil)
+	_ plugins.Closer  = (*Handler)(nil)
 )
 
 // payout is the payload. Pointers tell a missing field from a zero one.
@@ -119,44 +111,41 @@ func (h *Handler) Close() error {
 	return nil
 }
 
-func (h *Handler) Handle(ctx context.Context, d *engine.Delivery) engine.Result {
+// Handle pays out one payout.
+func (h *Handler) Handle(ctx context.Context, m plugins.Message, emit *plugins.Emitter) (plugins.Outcome, error) {
 	var p payout
-	if err := json.Unmarshal(d.Payload, &p); err != nil {
-		return engine.Result{Outcome: engine.DeadLetter("payout: payload is not a JSON object: " + err.Error())}
+	if err := json.Unmarshal(m.Payload(), &p); err != nil {
+		return plugins.DeadLetter("payout: payload is not a JSON object: " + err.Error()), nil
 	}
 	switch {
 	case p.ID == nil || p.ID == "":
-		return engine.Result{Outcome: engine.DeadLetter("payout: missing id")}
+		return plugins.DeadLetter("payout: missing id"), nil
 	case p.Amount == nil:
-		return engine.Result{Outcome: engine.DeadLetter(fmt.Sprintf("payout %v: missing amount", p.ID))}
+		return plugins.DeadLetter(fmt.Sprintf("payout %v: missing amount", p.ID)), nil
 	case *p.Amount <= 0:
-		return engine.Result{Outcome: engine.DeadLetter(fmt.Sprintf("payout %v: amount must be positive, got %s",
-			p.ID, strconv.FormatFloat(*p.Amount, 'f', -1, 64)))}
+		return plugins.DeadLetter(fmt.Sprintf("payout %v: amount must be positive, got %s",
+			p.ID, strconv.FormatFloat(*p.Amount, 'f', -1, 64))), nil
 	}
 
-	if err := h.callGateway(ctx, d); ctx.Err() != nil {
+	if err := h.callGateway(ctx, m); ctx.Err() != nil {
 		// The stop's grace period ran out mid-call: an error, so it is logged; a retry.
-		return engine.Result{Outcome: engine.Retry(), Err: err}
+		return plugins.Retry(), err
 	} else if err != nil {
 		// The gateway may be back soon: wait longer after each failed attempt, never in step
 		// with the other workers (full jitter).
-		delay := plugins.Backoff(d.Attempt, h.cfg.base, h.cfg.max)
-		h.log.Debug().Err(err).Int("attempt", d.Attempt).Dur("delay", delay).Msg("gateway unavailable")
-		return engine.Result{Outcome: engine.RetryAfter(delay)}
+		delay := plugins.Backoff(h.cfg.Base, h.cfg.Max, m.Attempt())
+		h.log.Debug().Err(err).Int("attempt", m.Attempt()).Dur("delay", delay).Msg("gateway unavailable")
+		return plugins.RetryAfter(delay), nil
 	}
 
-	res := engine.Result{Outcome: engine.Ack()}
 	if h.cfg.DoneKey != "" {
 		done, err := json.Marshal(map[string]any{"id": p.ID, "paid": true})
 		if err != nil {
-			return engine.Result{Outcome: engine.Retry(), Err: fmt.Errorf("payout: %w", err)}
+			return plugins.Retry(), fmt.Errorf("payout: %w", err)
 		}
-		res.Emits = []engine.Emit{{
-			Target:  engine.Target{Kind: "record"},
-			Message: &engine.Message{Key: h.cfg.DoneKey, Headers: map[string]string{"payout-id": fmt.Sprint(p.ID)}, Payload: done},
-		}}
+		emit.Emit(plugins.ToRecord(h.cfg.DoneKey), done, map[string]string{"payout-id": fmt.Sprint(p.ID)})
 	}
-	return res
+	return plugins.Ack(), nil
 }
 
 // errGatewayDown is what the simulated gateway answers when it is down.
@@ -164,9 +153,9 @@ var errGatewayDown = errors.New("payout: gateway down")
 
 // callGateway simulates the payment gateway: it takes latency, fails each payout's first
 // fail_attempts attempts, and is down for messages with the header gateway = "down".
-func (h *Handler) callGateway(ctx context.Context, d *engine.Delivery) error {
-	if h.cfg.latency > 0 {
-		t := time.NewTimer(h.cfg.latency)
+func (h *Handler) callGateway(ctx context.Context, m plugins.Message) error {
+	if h.cfg.Latency > 0 {
+		t := time.NewTimer(h.cfg.Latency)
 		defer t.Stop()
 		select {
 		case <-t.C:
@@ -174,7 +163,7 @@ func (h *Handler) callGateway(ctx context.Context, d *engine.Delivery) error {
 			return fmt.Errorf("payout: gateway call: %w", ctx.Err())
 		}
 	}
-	if d.Headers["gateway"] == "down" || d.Attempt <= h.cfg.FailAttempts {
+	if m.Header("gateway") == "down" || m.Attempt() <= h.cfg.FailAttempts {
 		return errGatewayDown
 	}
 	return nil

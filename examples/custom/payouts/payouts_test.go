@@ -3,64 +3,33 @@ package payouts
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/hclparse"
-	"github.com/rs/zerolog"
-
-	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/plugins"
 )
 
-// decode parses src, one `handler "payout" {}` block in the file filename, and decodes it with
-// the registered plugin, as flowrun's loader does.
-func decode(t *testing.T, filename, src string) (any, hcl.Diagnostics) {
+// build reads src, one `handler "payout" {}` block, as flowrun's loader does and provisions the
+// handler as `flowrun run` does, then starts it.
+func build(t *testing.T, src string) plugins.Handler {
 	t.Helper()
-	f, diags := hclparse.NewParser().ParseHCL([]byte(src), filename)
-	if diags.HasErrors() {
-		t.Fatalf("parse: %s", diags)
-	}
-	content, diags := f.Body.Content(&hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: "handler", LabelNames: []string{"name"}}}})
-	if diags.HasErrors() {
-		t.Fatalf("content: %s", diags)
-	}
-	b := content.Blocks[0]
-	p, ok := plugins.Lookup(b.Labels[0])
-	if !ok {
-		t.Fatalf("handler %q is not registered", b.Labels[0])
-	}
-	return p.Decode(b.Body, nil, b.DefRange)
-}
-
-func build(t *testing.T, src string) engine.Handler {
-	t.Helper()
-	cfg, diags := decode(t, "payouts.hcl", src)
-	if diags.HasErrors() {
-		t.Fatalf("decode: %s", diags)
-	}
-	p, _ := plugins.Lookup("payout")
-	h, err := p.New(context.Background(), cfg, plugins.Env{Pipeline: "payouts", Logger: zerolog.Nop()})
+	h, err := plugins.Build(context.Background(), "payouts.hcl", src)
 	if err != nil {
-		t.Fatalf("new: %v", err)
+		t.Fatalf("build: %v", err)
 	}
-	if err := plugins.Start(context.Background(), h); err != nil {
+	if err := h.(plugins.Starter).Start(context.Background()); err != nil {
 		t.Fatalf("start: %v", err)
 	}
-	t.Cleanup(func() { _ = plugins.Close(h) })
+	t.Cleanup(func() { _ = h.(plugins.Closer).Close() })
 	return h
 }
 
-func delivery(payload string, headers map[string]string, attempt int) *engine.Delivery {
-	if headers == nil {
-		headers = map[string]string{}
-	}
-	return &engine.Delivery{Message: engine.Message{Key: "payouts", Headers: headers, Payload: []byte(payload)}, Attempt: attempt}
+func message(payload string, headers map[string]string, attempt int) plugins.TestMessage {
+	return plugins.TestMessage{Key: "payouts", Headers: headers, Payload: []byte(payload), Attempt: attempt}
 }
 
 func TestPayout(t *testing.T) {
@@ -77,36 +46,36 @@ handler "payout" {
 		payload  string
 		headers  map[string]string
 		attempt  int
-		want     engine.Outcome
+		want     plugins.Outcome
 		retryCap time.Duration // want retry_after with a delay in [0, retryCap]
 		emit     string
 	}{
-		{name: "paid", payload: `{"id": 7, "amount": 12.5}`, attempt: 2, want: engine.Ack(), emit: `{"id":7,"paid":true}`},
-		{name: "string id", payload: `{"id": "p-9", "amount": 1}`, attempt: 2, want: engine.Ack(), emit: `{"id":"p-9","paid":true}`},
+		{name: "paid", payload: `{"id": 7, "amount": 12.5}`, attempt: 2, want: plugins.Ack(), emit: `{"id":7,"paid":true}`},
+		{name: "string id", payload: `{"id": "p-9", "amount": 1}`, attempt: 2, want: plugins.Ack(), emit: `{"id":"p-9","paid":true}`},
 		{name: "not json", payload: `amount=12`, attempt: 1,
-			want: engine.DeadLetter("payout: payload is not a JSON object: invalid character 'a' looking for beginning of value")},
+			want: plugins.DeadLetter("payout: payload is not a JSON object: invalid character 'a' looking for beginning of value")},
 		{name: "not an object", payload: `[1]`, attempt: 1,
-			want: engine.DeadLetter("payout: payload is not a JSON object: json: cannot unmarshal array into Go value of type payouts.payout")},
-		{name: "missing id", payload: `{"amount": 12}`, attempt: 1, want: engine.DeadLetter("payout: missing id")},
-		{name: "empty id", payload: `{"id": "", "amount": 12}`, attempt: 1, want: engine.DeadLetter("payout: missing id")},
-		{name: "missing amount", payload: `{"id": 3}`, attempt: 1, want: engine.DeadLetter("payout 3: missing amount")},
-		{name: "zero amount", payload: `{"id": 3, "amount": 0}`, attempt: 1, want: engine.DeadLetter("payout 3: amount must be positive, got 0")},
-		{name: "negative amount", payload: `{"id": "x", "amount": -5.25}`, attempt: 1, want: engine.DeadLetter("payout x: amount must be positive, got -5.25")},
+			want: plugins.DeadLetter("payout: payload is not a JSON object: json: cannot unmarshal array into Go value of type payouts.payout")},
+		{name: "missing id", payload: `{"amount": 12}`, attempt: 1, want: plugins.DeadLetter("payout: missing id")},
+		{name: "empty id", payload: `{"id": "", "amount": 12}`, attempt: 1, want: plugins.DeadLetter("payout: missing id")},
+		{name: "missing amount", payload: `{"id": 3}`, attempt: 1, want: plugins.DeadLetter("payout 3: missing amount")},
+		{name: "zero amount", payload: `{"id": 3, "amount": 0}`, attempt: 1, want: plugins.DeadLetter("payout 3: amount must be positive, got 0")},
+		{name: "negative amount", payload: `{"id": "x", "amount": -5.25}`, attempt: 1, want: plugins.DeadLetter("payout x: amount must be positive, got -5.25")},
 		{name: "first attempt fails", payload: `{"id": 1, "amount": 1}`, attempt: 1, retryCap: 100 * time.Millisecond},
 		{name: "gateway down", payload: `{"id": 1, "amount": 1}`, headers: map[string]string{"gateway": "down"}, attempt: 3, retryCap: 400 * time.Millisecond},
 		{name: "gateway down, capped", payload: `{"id": 1, "amount": 1}`, headers: map[string]string{"gateway": "down"}, attempt: 30, retryCap: time.Second},
 		// Invalid payouts are dead-lettered even when the gateway is down: retrying cannot help.
 		{name: "invalid beats gateway", payload: `{"id": 1, "amount": -1}`, headers: map[string]string{"gateway": "down"}, attempt: 1,
-			want: engine.DeadLetter("payout 1: amount must be positive, got -1")},
+			want: plugins.DeadLetter("payout 1: amount must be positive, got -1")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := h.Handle(context.Background(), delivery(tt.payload, tt.headers, tt.attempt))
+			res := plugins.Call(context.Background(), h, message(tt.payload, tt.headers, tt.attempt))
 			if res.Err != nil {
 				t.Fatalf("err %v", res.Err)
 			}
 			if tt.retryCap > 0 {
-				if res.Outcome.Kind != engine.KindRetryAfter || res.Outcome.Delay < 0 || res.Outcome.Delay > tt.retryCap {
+				if d := res.Outcome.Delay(); res.Outcome != plugins.RetryAfter(d) || d > tt.retryCap {
 					t.Fatalf("outcome %s, want retry_after in [0, %s]", res.Outcome, tt.retryCap)
 				}
 			} else if res.Outcome != tt.want {
@@ -114,10 +83,10 @@ handler "payout" {
 			}
 			var emits []string
 			for _, e := range res.Emits {
-				if e.Target != (engine.Target{Kind: "record"}) || e.Message.Key != "payouts.done" {
-					t.Fatalf("emit to %+v key %q", e.Target, e.Message.Key)
+				if e.To != plugins.ToRecord("payouts.done") || len(e.Headers) != 1 || e.Headers["payout-id"] == "" {
+					t.Fatalf("emit to %s with headers %v", e.To, e.Headers)
 				}
-				emits = append(emits, string(e.Message.Payload))
+				emits = append(emits, string(e.Payload))
 			}
 			if want := []string{tt.emit}; tt.emit == "" && len(emits) != 0 || tt.emit != "" && !slices.Equal(emits, want) {
 				t.Fatalf("emits %q, want %q", emits, tt.emit)
@@ -132,11 +101,11 @@ func TestPayoutBackoffGrows(t *testing.T) {
 	for attempt, cap := range map[int]time.Duration{1: 10 * time.Millisecond, 2: 20 * time.Millisecond, 3: 40 * time.Millisecond, 4: 80 * time.Millisecond, 9: 80 * time.Millisecond} {
 		var hi time.Duration
 		for range 500 {
-			res := h.Handle(context.Background(), delivery(`{"id":1,"amount":1}`, map[string]string{"gateway": "down"}, attempt))
-			if res.Outcome.Kind != engine.KindRetryAfter || res.Outcome.Delay > cap {
+			res := plugins.Call(context.Background(), h, message(`{"id":1,"amount":1}`, map[string]string{"gateway": "down"}, attempt))
+			if d := res.Outcome.Delay(); res.Outcome != plugins.RetryAfter(d) || d > cap {
 				t.Fatalf("attempt %d: outcome %s, want retry_after ≤ %s", attempt, res.Outcome, cap)
 			}
-			hi = max(hi, res.Outcome.Delay)
+			hi = max(hi, res.Outcome.Delay())
 		}
 		if hi < cap*8/10 {
 			t.Errorf("attempt %d: largest delay %s, want near %s", attempt, hi, cap)
@@ -146,8 +115,8 @@ func TestPayoutBackoffGrows(t *testing.T) {
 
 func TestPayoutNoEmitWithoutDoneKey(t *testing.T) {
 	h := build(t, `handler "payout" {}`)
-	res := h.Handle(context.Background(), delivery(`{"id":1,"amount":1}`, nil, 1))
-	if res.Outcome != engine.Ack() || len(res.Emits) != 0 {
+	res := plugins.Call(context.Background(), h, message(`{"id":1,"amount":1}`, nil, 1))
+	if res.Outcome != plugins.Ack() || len(res.Emits) != 0 {
 		t.Fatalf("outcome %s, emits %d", res.Outcome, len(res.Emits))
 	}
 }
@@ -157,8 +126,8 @@ func TestPayoutShutdownMidCall(t *testing.T) {
 	h := build(t, "handler \"payout\" {\n  latency = \"1m\"\n}\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(20*time.Millisecond, cancel)
-	res := h.Handle(ctx, delivery(`{"id":1,"amount":1}`, nil, 1))
-	if res.Outcome != engine.Retry() || !errors.Is(res.Err, context.Canceled) {
+	res := plugins.Call(ctx, h, message(`{"id":1,"amount":1}`, nil, 1))
+	if res.Outcome != plugins.Retry() || !errors.Is(res.Err, context.Canceled) {
 		t.Fatalf("outcome %s, err %v; want retry with context.Canceled", res.Outcome, res.Err)
 	}
 }
@@ -179,29 +148,33 @@ func TestPayoutConfigDiagnostics(t *testing.T) {
 				"  fail_attempts = -1\n" +
 				"}\n",
 			diags: []string{
-				`payouts.hcl:2:10: Invalid duration: "fast" is not a duration: invalid duration "fast". Write a Go duration such as "250ms", "30s" or "1h".`,
-				`payouts.hcl:3:9: Invalid value: "max" must be greater than zero.`,
-				`payouts.hcl:4:13: Invalid duration: "1 s" is not a duration: unknown unit " s" in duration "1 s". Write a Go duration such as "250ms", "30s" or "1h".`,
-				`payouts.hcl:5:19: Invalid value: "fail_attempts" must not be negative.`,
+				`payouts.hcl:2:10: error: Invalid duration: "fast" is not a duration: invalid duration "fast". Write a Go duration such as "250ms", "30s" or "1h".`,
+				`payouts.hcl:3:9: error: Invalid value: "max" must be greater than zero.`,
+				`payouts.hcl:4:13: error: Invalid duration: "1 s" is not a duration: unknown unit " s" in duration "1 s". Write a Go duration such as "250ms", "30s" or "1h".`,
+				`payouts.hcl:5:19: error: Invalid value: "fail_attempts" must not be negative.`,
 			},
 		},
 		{
 			name:  "base above the default max",
 			src:   "handler \"payout\" {\n  base = \"5m\"\n}\n",
-			diags: []string{`payouts.hcl:2:10: Invalid value: "base" (5m0s) must not exceed "max" (1m0s).`},
+			diags: []string{`payouts.hcl:2:10: error: Invalid value: "base" (5m0s) must not exceed "max" (1m0s).`},
+		},
+		{
+			name:  "negative",
+			src:   "handler \"payout\" {\n  latency = \"-1ms\"\n}\n",
+			diags: []string{`payouts.hcl:2:13: error: Invalid value: "latency" must not be negative.`},
 		},
 		{
 			name:  "unknown attribute",
 			src:   "handler \"payout\" {\n  gateway = \"down\"\n}\n",
-			diags: []string{`payouts.hcl:2:3: Unsupported argument: An argument named "gateway" is not expected here.`},
+			diags: []string{`payouts.hcl:2:3: error: Unsupported argument: An argument named "gateway" is not expected here.`},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, diags := decode(t, "payouts.hcl", tt.src)
 			var got []string
-			for _, d := range diags {
-				got = append(got, fmt.Sprintf("%s:%d:%d: %s: %s", d.Subject.Filename, d.Subject.Start.Line, d.Subject.Start.Column, d.Summary, d.Detail))
+			if err := plugins.Check("payouts.hcl", tt.src); err != nil {
+				got = strings.Split(err.Error(), "\n")
 			}
 			if !slices.Equal(got, tt.diags) {
 				t.Fatalf("diagnostics:\n got %q\nwant %q", got, tt.diags)
@@ -210,32 +183,17 @@ func TestPayoutConfigDiagnostics(t *testing.T) {
 	}
 }
 
-// The example's own HCL file holds a valid payout block.
+// The example's own HCL file holds a valid payout block, inside its pipeline.
 func TestExampleFileDecodes(t *testing.T) {
-	path := filepath.Join("..", "payouts.hcl")
-	src, err := os.ReadFile(path)
+	src, err := os.ReadFile(filepath.Join("..", "payouts.hcl"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, diags := hclparse.NewParser().ParseHCL(src, path)
-	if diags.HasErrors() {
-		t.Fatal(diags)
+	h, err := plugins.Build(context.Background(), filepath.Join("..", "payouts.hcl"), string(src))
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Find the handler block inside the pipeline block without knowing the rest of the schema.
-	content, _, diags := f.Body.PartialContent(&hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: "pipeline", LabelNames: []string{"name"}}}})
-	if diags.HasErrors() || len(content.Blocks) != 1 {
-		t.Fatalf("want one pipeline: %s", diags)
-	}
-	inner, _, diags := content.Blocks[0].Body.PartialContent(&hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: "handler", LabelNames: []string{"name"}}}})
-	if diags.HasErrors() || len(inner.Blocks) != 1 || inner.Blocks[0].Labels[0] != "payout" {
-		t.Fatalf("want one handler \"payout\": %s", diags)
-	}
-	p, _ := plugins.Lookup("payout")
-	cfg, diags := p.Decode(inner.Blocks[0].Body, nil, inner.Blocks[0].DefRange)
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	if c := cfg.(*Config); c.base != 100*time.Millisecond || c.max != 2*time.Second || c.DoneKey != "payouts.done" {
+	if c := h.(*Handler).cfg; c != (Config{Base: 100 * time.Millisecond, Max: 2 * time.Second, DoneKey: "payouts.done"}) {
 		t.Fatalf("config %+v", c)
 	}
 }

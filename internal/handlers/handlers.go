@@ -1,0 +1,96 @@
+// Package handlers is the registry between package plugins, the API handler authors write
+// against, and flowrun's loader (config) and runner (cli). It speaks the engine's types so that
+// plugins does not have to: an author imports plugins and never sees an engine.Handler.
+//
+// plugins.Register is the only writer; config looks handlers up and decodes their blocks, cli
+// provisions, starts and closes them.
+package handlers
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/engine"
+)
+
+// Plugin is one registered Go handler.
+type Plugin struct {
+	// Name is what a pipeline's handler "NAME" block refers to.
+	Name string
+	// Doc is one line shown by `flowrun plugins`.
+	Doc string
+	// Decode decodes and validates the body of a handler block whose header is rng, with
+	// positioned diagnostics. The Config is nil when the diagnostics hold an error.
+	Decode func(body hcl.Body, ctx *hcl.EvalContext, rng hcl.Range) (Config, hcl.Diagnostics)
+}
+
+// Config is a handler block that decoded and validated cleanly.
+type Config interface {
+	// Value is the author's config struct, as decoded.
+	Value() any
+	// Provision builds the handler for one pipeline (`flowrun run` only).
+	Provision(ctx context.Context, env Env) (Instance, error)
+}
+
+// Instance is a provisioned handler. Start and Close do nothing for a handler that does not
+// implement plugins.Starter or plugins.Closer.
+type Instance interface {
+	engine.Handler
+	Start(ctx context.Context) error
+	Close() error
+}
+
+// Env is what the runner tells a handler it provisions.
+type Env struct {
+	// Pipeline is the name of the pipeline the handler serves.
+	Pipeline string
+	// Logger is scoped to the pipeline and handler.
+	Logger zerolog.Logger
+	// Redis is the redis block that Redis emits naming none go through: the source's own, else
+	// the only one ("" when there is none).
+	Redis string
+}
+
+var (
+	mu       sync.RWMutex
+	registry = map[string]Plugin{}
+)
+
+// Register adds a handler. It panics on an empty or duplicate name or a nil Decode: a
+// programmer's mistake, found the first time the binary starts.
+func Register(p Plugin) {
+	if p.Name == "" || p.Decode == nil {
+		panic("plugins: Register needs a Name and Provision")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := registry[p.Name]; dup {
+		panic(fmt.Sprintf("plugins: handler %q registered twice", p.Name))
+	}
+	registry[p.Name] = p
+}
+
+// Lookup finds a registered handler by name.
+func Lookup(name string) (Plugin, bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	p, ok := registry[name]
+	return p, ok
+}
+
+// Names lists the registered handlers in name order.
+func Names() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
