@@ -179,31 +179,44 @@ func (r *reader) push(ds []*engine.Delivery) {
 	r.feed <- ds
 }
 
-// pusher hands queued entries to the engine in order until feed is closed. After ctx ends the
-// rest are untracked: they stay pending in Redis for the next start (stream) or for min_idle
-// (claiming, reclaim).
+// pusher hands queued entries to the engine in order until feed is closed. Once ctx has ended
+// nothing more is handed over, and the rest are untracked: they stay pending in Redis for the
+// next start (stream) or for min_idle (claiming, reclaim).
 func (r *reader) pusher(ctx context.Context) {
 	for ds := range r.feed {
-		for i, d := range ds {
-			select {
-			case r.out <- d:
-				r.unpushed.Add(-1)
-				select {
-				case r.space <- struct{}{}:
-				default:
-				}
-				continue
-			case <-ctx.Done():
-			}
-			ids := make([]string, 0, len(ds)-i)
-			for _, d := range ds[i:] {
-				ids = append(ids, d.ID)
-			}
-			r.s.track.remove(ids)
-			r.unpushed.Add(-int64(len(ds) - i))
-			break
+		n := r.handOver(ctx, ds)
+		if n == len(ds) {
+			continue
+		}
+		ids := make([]string, 0, len(ds)-n)
+		for _, d := range ds[n:] {
+			ids = append(ids, d.ID)
+		}
+		r.s.track.remove(ids)
+		r.unpushed.Add(-int64(len(ds) - n))
+	}
+}
+
+// handOver sends ds to the engine one by one and returns how many it sent before ctx ended.
+// ctx is checked before every send: select picks at random among ready cases, so an engine
+// still receiving after a stop would otherwise be handed about half of what is left.
+func (r *reader) handOver(ctx context.Context, ds []*engine.Delivery) int {
+	for i, d := range ds {
+		if ctx.Err() != nil {
+			return i
+		}
+		select {
+		case r.out <- d:
+		case <-ctx.Done():
+			return i
+		}
+		r.unpushed.Add(-1)
+		select {
+		case r.space <- struct{}{}:
+		default:
 		}
 	}
+	return len(ds)
 }
 
 func (s *Source) ensureGroup(ctx context.Context) error {
