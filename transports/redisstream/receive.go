@@ -45,9 +45,13 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 		err := r.step(ctx)
 		if err == nil {
 			everOK = true
-			s.ready.Store(true)
+			s.ready.Store(true) // before the hand-over: whoever receives an entry sees Ready
 			state.OK()
 			bo.Reset()
+		}
+		r.push(r.got)
+		r.got = nil
+		if err == nil {
 			continue
 		}
 		if ctx.Err() != nil {
@@ -75,6 +79,8 @@ type reader struct {
 	cursor    string // pending re-read: last id seen
 	autoclaim string // reclaim: XAUTOCLAIM cursor
 	dials     uint64 // stream: the dial count when last checked
+
+	got []*engine.Delivery // what the last step read, handed over by Receive
 
 	// Read entries go to the pusher, which hands them to the engine one by one while the next
 	// read is already on the wire. unpushed counts what was read and not yet handed over; a
@@ -122,7 +128,7 @@ func (r *reader) step(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r.push(ds)
+		r.got = ds
 		return nil
 	}
 	var claimed []*engine.Delivery
@@ -144,7 +150,7 @@ func (r *reader) step(ctx context.Context) error {
 		}
 		fresh, err = s.readNew(ctx, room, block)
 	}
-	r.push(append(claimed, fresh...))
+	r.got = append(claimed, fresh...)
 	return err
 }
 

@@ -101,3 +101,35 @@ func TestNothingHandedOutAfterStop(t *testing.T) {
 		}
 	}
 }
+
+// Ready is true by the time anything is handed out: a test (or /readyz) that sees a delivery
+// sees a ready source. Before the fix Ready was set after the hand-over.
+func TestReadyBeforeHandOver(t *testing.T) {
+	e := newEnv(t)
+	for i := range 10 {
+		for _, kind := range []string{KindStream, KindClaiming, KindReclaim} {
+			stream := fmt.Sprintf("%s%d", kind, i)
+			o := claimOpts(kind, "a")
+			o.Stream = stream
+			if kind == KindStream {
+				o.MinIdle = 0
+				// Pending for this consumer already: the very first step (the pending
+				// re-read) hands it out.
+				if err := e.rdb.XGroupCreateMkStream(e.ctx, stream, "g", "0").Err(); err != nil {
+					t.Fatal(err)
+				}
+				e.xadd(stream, "payload", "p")
+				e.rdb.XReadGroup(e.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "a", Streams: []string{stream, ">"}})
+			} else {
+				e.xadd(stream, "payload", "p")
+			}
+			c, _ := e.client()
+			m := e.startManual(c, o)
+			m.recv(t, 5*time.Second)
+			if !m.src.Ready() {
+				t.Fatalf("%s run %d: a delivery was handed out while Ready is false", kind, i)
+			}
+			m.cancel()
+		}
+	}
+}
