@@ -35,6 +35,7 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 	}()
 	// The engine closes out once Receive returns: the pusher must be done with it first.
 	defer func() {
+		r.dropCarry()
 		close(r.feed)
 		<-pushed
 	}()
@@ -80,7 +81,8 @@ type reader struct {
 	autoclaim string // reclaim: XAUTOCLAIM cursor
 	dials     uint64 // stream: the dial count when last checked
 
-	got []*engine.Delivery // what the last step read, handed over by Receive
+	got   []*engine.Delivery // what the last step read, handed over by Receive
+	carry []redis.XMessage   // reclaim: claimed, tracked, delivery counts not learned yet
 
 	// Read entries go to the pusher, which hands them to the engine one by one while the next
 	// read is already on the wire. unpushed counts what was read and not yet handed over; a
@@ -139,6 +141,9 @@ func (r *reader) step(ctx context.Context) error {
 		claimed, err = r.autoClaim(ctx)
 	}
 	if err != nil {
+		// What was claimed before the failure is this consumer's now, its delivery count
+		// raised: it is handed over, not left to come back after min_idle as one more attempt.
+		r.got = claimed
 		return err
 	}
 	// Never more than one batch ahead of the channel: claimed entries use up the batch.
@@ -350,8 +355,10 @@ func (s *Source) claimIdle(ctx context.Context) ([]*engine.Delivery, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redisstream: xclaim %s: %w", s.o.Stream, err)
 	}
-	// Redis 7 drops deleted entries from the PEL inside XCLAIM; older servers return them with
-	// no fields, and they are acknowledged here.
+	// The claimed entries are ours now and their delivery counts were raised: from here on
+	// they are tracked and handed over, whatever else fails. Redis 7 drops deleted entries
+	// from the PEL inside XCLAIM; older servers return them with no fields, and they are
+	// acknowledged here.
 	keep := msgs[:0]
 	var deleted []string
 	for _, m := range msgs {
@@ -360,9 +367,6 @@ func (s *Source) claimIdle(ctx context.Context) ([]*engine.Delivery, error) {
 		} else {
 			keep = append(keep, m)
 		}
-	}
-	if err := s.ackDeleted(ctx, deleted); err != nil {
-		return nil, err
 	}
 	ds := s.deliveries(keep)
 	for _, d := range ds {
@@ -373,14 +377,22 @@ func (s *Source) claimIdle(ctx context.Context) ([]*engine.Delivery, error) {
 		setCountHeaders(d)
 	}
 	s.trackDeliveries(ds)
-	return ds, nil
+	return ds, s.ackDeleted(ctx, deleted)
 }
 
 // autoClaim is the reclaim kind's pass (SPEC §2): XAUTOCLAIM min_idle from the kept cursor,
 // acknowledging ids it reports deleted, then one XPENDING over the claimed range to learn the
 // delivery counts (which now include this delivery).
+//
+// XAUTOCLAIM has raised the counts of what it claimed, so a failure after it must not lose
+// those entries (they would come back after min_idle as one more attempt): they are tracked at
+// once, which keeps them alive and out of other claims, and carried to the next step, which
+// learns their counts before it claims anything else.
 func (r *reader) autoClaim(ctx context.Context) ([]*engine.Delivery, error) {
 	s := r.s
+	if len(r.carry) > 0 {
+		return r.countCarried(ctx)
+	}
 	msgs, next, deleted, err := s.c.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
 		Stream: s.o.Stream, Group: s.o.Group, Consumer: s.o.Consumer,
 		MinIdle: s.o.MinIdle, Start: r.autoclaim, Count: int64(s.o.Batch),
@@ -392,33 +404,47 @@ func (r *reader) autoClaim(ctx context.Context) ([]*engine.Delivery, error) {
 	if next == "" {
 		r.autoclaim = "0-0"
 	}
-	keep := msgs[:0]
+	var claimed []string
 	for _, m := range msgs {
 		switch {
 		case len(m.Values) == 0:
 			deleted = append(deleted, m.ID)
 		case !s.track.has(m.ID): // still in flight here: its keep-alive lagged, do not run it twice
-			keep = append(keep, m)
+			r.carry = append(r.carry, m)
+			claimed = append(claimed, m.ID)
 		}
 	}
-	if err := s.ackDeleted(ctx, deleted); err != nil {
+	s.track.add(claimed)
+	ds, err := r.countCarried(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if len(keep) == 0 {
+	return ds, s.ackDeleted(ctx, deleted)
+}
+
+// countCarried learns the delivery counts of the carried entries and returns them as
+// deliveries; on an error they stay carried (and tracked) for the next step.
+func (r *reader) countCarried(ctx context.Context) ([]*engine.Delivery, error) {
+	s := r.s
+	if len(r.carry) == 0 {
 		return nil, nil
 	}
-	counts, err := s.pendingCounts(ctx, keep)
+	counts, err := s.pendingCounts(ctx, r.carry)
 	if err != nil {
 		return nil, err
 	}
 	idle := s.o.MinIdle.Milliseconds() // a lower bound: XAUTOCLAIM reset the idle time
-	ds := s.deliveries(keep)
+	ds := s.deliveries(r.carry)
+	r.carry = nil
 	out := ds[:0]
+	var gone []string
 	for _, d := range ds {
 		n, ok := counts[d.ID]
 		if !ok {
-			// Not pending for us any more: settled elsewhere between the two commands.
+			// Not pending for us any more: settled elsewhere between the two commands, or the
+			// data is gone (a restarted Redis).
 			s.log.Debug().Str("id", d.ID).Msg("reclaimed entry no longer pending; skipped")
+			gone = append(gone, d.ID)
 			continue
 		}
 		d.DeliveryCount = int(n)
@@ -427,8 +453,19 @@ func (r *reader) autoClaim(ctx context.Context) ([]*engine.Delivery, error) {
 		setCountHeaders(d)
 		out = append(out, d)
 	}
-	s.trackDeliveries(out)
+	s.track.remove(gone)
 	return out, nil
+}
+
+// dropCarry untracks carried entries when Receive ends: they stay pending in Redis and come
+// back after min_idle.
+func (r *reader) dropCarry() {
+	ids := make([]string, len(r.carry))
+	for i, m := range r.carry {
+		ids[i] = m.ID
+	}
+	r.s.track.remove(ids)
+	r.carry = nil
 }
 
 // pendingCounts learns the delivery counts of just-claimed entries with one XPENDING over

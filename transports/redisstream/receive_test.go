@@ -2,7 +2,9 @@ package redisstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,5 +133,136 @@ func TestReadyBeforeHandOver(t *testing.T) {
 			}
 			m.cancel()
 		}
+	}
+}
+
+// faultHook fails or rewrites chosen commands of a source's client.
+type faultHook struct {
+	mu     sync.Mutex
+	before func(cmd redis.Cmder) error // a non-nil error fails the command unsent
+	after  func(cmd redis.Cmder)       // may rewrite the reply
+}
+
+func (h *faultHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		before, after := h.before, h.after
+		h.mu.Unlock()
+		if before != nil {
+			if err := before(cmd); err != nil {
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		err := next(ctx, cmd)
+		if after != nil {
+			after(cmd)
+		}
+		return err
+	}
+}
+
+func (h *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// failOnce returns a before-hook failing the first command named name.
+func failOnce(name string) func(redis.Cmder) error {
+	var once sync.Once
+	return func(cmd redis.Cmder) error {
+		var err error
+		if cmd.Name() == name {
+			once.Do(func() { err = errors.New("injected failure of " + name) })
+		}
+		return err
+	}
+}
+
+// Entries claimed just before a later command of the claim pass fails are handed over (or,
+// for reclaim, stay tracked and are handed over by the next step) with the delivery count the
+// claim gave them: the failure does not cost them an attempt. Before the fix they were dropped
+// untracked and came back after min_idle with their count raised once more.
+func TestClaimedBeforeErrorHandedOver(t *testing.T) {
+	tests := []struct {
+		kind string
+		hook func(h *faultHook)
+		// what the deliveries must show: consumer x read them once, then this source claimed
+		dc, attempt int
+	}{
+		{
+			// Redis 7 drops deleted entries inside XCLAIM, so the older servers' reply (an
+			// entry with no fields) is simulated, and the XACK of that id fails.
+			kind: KindClaiming,
+			hook: func(h *faultHook) {
+				h.after = func(cmd redis.Cmder) {
+					if c, ok := cmd.(*redis.XMessageSliceCmd); ok && cmd.Name() == "xclaim" && c.Err() == nil {
+						c.SetVal(append(c.Val(), redis.XMessage{ID: "0-1"}))
+					}
+				}
+				h.before = failOnce("xack")
+			},
+			dc: 1, attempt: 2,
+		},
+		{
+			// The XPENDING that learns the counts after XAUTOCLAIM fails once.
+			kind: KindReclaim,
+			hook: func(h *faultHook) { h.before = failOnce("xpending") },
+			dc:   2, attempt: 2,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind, func(t *testing.T) {
+			e := newEnv(t)
+			ids := e.xaddN("s", 2)
+			if err := e.rdb.XGroupCreateMkStream(e.ctx, "s", "g", "0").Err(); err != nil {
+				t.Fatal(err)
+			}
+			e.rdb.XReadGroup(e.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "x", Streams: []string{"s", ">"}})
+			time.Sleep(testMinIdle + 50*time.Millisecond) // idle enough to be claimed
+			h := &faultHook{}
+			tt.hook(h)
+			c := e.srv.NewClient()
+			c.AddHook(h)
+			t.Cleanup(func() { c.Close() })
+			m := e.startManual(c, claimOpts(tt.kind, "a"))
+			got := map[string]*engine.Delivery{}
+			for range 2 {
+				d := m.recv(t, 5*time.Second)
+				got[d.ID] = d
+			}
+			for _, id := range ids {
+				d := got[id]
+				if d == nil {
+					t.Fatalf("got %v, want %v", got, ids)
+				}
+				if d.DeliveryCount != tt.dc || d.Attempt != tt.attempt {
+					t.Errorf("%s: delivery count %d attempt %d, want %d and %d",
+						id, d.DeliveryCount, d.Attempt, tt.dc, tt.attempt)
+				}
+				// Redis counts x's read and this source's claim, and nothing more.
+				if p, ok := e.pendingOf("s", "g", id); !ok || p.Consumer != "a" || p.RetryCount != 2 {
+					t.Errorf("%s: pending %+v, want owned by a, delivered twice", id, p)
+				}
+			}
+			// Nothing comes back a second time while they are in flight here.
+			select {
+			case d := <-m.out:
+				t.Fatalf("%s handed out twice (delivery count %d)", d.ID, d.DeliveryCount)
+			case <-time.After(2 * testMinIdle):
+			}
+			for _, d := range got {
+				if err := m.src.Settle(e.ctx, ack(d)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := e.pending("s", "g"); n != 0 {
+				t.Fatalf("%d pending after settling", n)
+			}
+			if n := m.src.track.len(); n != 0 {
+				t.Fatalf("%d still tracked after settling", n)
+			}
+		})
 	}
 }
