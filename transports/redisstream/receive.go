@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,7 +21,11 @@ import (
 // false meanwhile. The one error it returns is an authentication failure before any read has
 // succeeded: a configuration problem (SPEC §10), with the password redacted.
 //
-// A read blocked in XREADGROUP is not interrupted by ctx; Receive returns within one block.
+// Reads for new entries go out on a connection of their own (see newReadClient), which is
+// closed the moment ctx ends: a read blocked in XREADGROUP BLOCK is cut short, so a stop does
+// not wait out the block (on a Cluster it still does, at most one block). Entries read but not
+// yet handed to the engine when ctx ends stay pending in Redis: a stream source re-reads them
+// at its next start, claiming and reclaim take them back after min_idle.
 func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error {
 	if s.closed.Load() {
 		return errors.New("redisstream: receive on a closed source")
@@ -28,6 +33,15 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 	s.startKeepAlive()
 	r := &reader{s: s, out: out, feed: make(chan []*engine.Delivery, 4), space: make(chan struct{}, 1)}
 	r.reset()
+	if rc := s.newReadClient(); rc != nil {
+		closeRC := sync.OnceFunc(func() { rc.Close() })
+		stopAfter := context.AfterFunc(ctx, closeRC)
+		defer func() {
+			stopAfter()
+			closeRC()
+		}()
+		r.rc = rc
+	}
 	pushed := make(chan struct{})
 	go func() {
 		r.pusher(ctx)
@@ -71,6 +85,27 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 	return nil
 }
 
+// newReadClient returns a client of the source's own, on the handed client's options, for the
+// reads of new entries: go-redis does not abandon a command when its context ends, so the only
+// way to cut a blocked XREADGROUP short at a stop is to close its connection, and a connection
+// of the shared pool cannot be singled out. It holds one connection and never resends a
+// command whose connection broke: such a read is an error, after which what it may have
+// delivered comes back (SPEC §10: a stream source re-reads its pending entries, claiming and
+// reclaim take them back after min_idle). Nil where the client is not a plain or Sentinel
+// client (a Cluster): reads then use the shared client and a stop waits for the read, at most
+// one block.
+func (s *Source) newReadClient() *redis.Client {
+	c, ok := s.c.(*redis.Client)
+	if !ok {
+		return nil
+	}
+	o := *c.Options() // the Dialer comes along: a Sentinel client's finds the current master
+	o.PoolSize, o.MinIdleConns, o.MaxActiveConns = 1, 0, 0
+	o.MaxRetries = -1
+	o.PushNotificationProcessor = nil // each client builds its own
+	return redis.NewClient(&o)
+}
+
 // reader is Receive's state; only Receive's goroutine touches it.
 type reader struct {
 	s         *Source
@@ -81,6 +116,7 @@ type reader struct {
 	autoclaim string // reclaim: XAUTOCLAIM cursor
 	dials     uint64 // stream: the dial count when last checked
 
+	rc    *redis.Client      // reads of new entries, when the source has a client of its own
 	got   []*engine.Delivery // what the last step read, handed over by Receive
 	carry []redis.XMessage   // reclaim: claimed, tracked, delivery counts not learned yet
 
@@ -153,10 +189,18 @@ func (r *reader) step(ctx context.Context) error {
 		if len(claimed) > 0 {
 			block = -1 // work in hand: do not wait for more
 		}
-		fresh, err = s.readNew(ctx, room, block)
+		fresh, err = s.readNew(ctx, r.readClient(), room, block)
 	}
 	r.got = append(claimed, fresh...)
 	return err
+}
+
+// readClient is the client reads of new entries use.
+func (r *reader) readClient() redis.Cmdable {
+	if r.rc != nil {
+		return r.rc
+	}
+	return r.s.c
 }
 
 // room waits until a read may be sent and returns how many entries it may ask for. The stream
@@ -250,9 +294,9 @@ func (s *Source) blockFor() time.Duration {
 	return b
 }
 
-// readNew reads up to count new entries (XREADGROUP >); block < 0 does not block.
-func (s *Source) readNew(ctx context.Context, count int, block time.Duration) ([]*engine.Delivery, error) {
-	msgs, err := s.xreadgroup(ctx, ">", count, block)
+// readNew reads up to count new entries (XREADGROUP >) with c; block < 0 does not block.
+func (s *Source) readNew(ctx context.Context, c redis.Cmdable, count int, block time.Duration) ([]*engine.Delivery, error) {
+	msgs, err := s.xreadgroup(ctx, c, ">", count, block)
 	if err != nil || len(msgs) == 0 {
 		return nil, err
 	}
@@ -276,7 +320,7 @@ func (s *Source) readNew(ctx context.Context, count int, block time.Duration) ([
 func (r *reader) readPending(ctx context.Context, count int) ([]*engine.Delivery, error) {
 	s := r.s
 	inFlight := s.track.snapshot()
-	msgs, err := s.xreadgroup(ctx, r.cursor, count, -1)
+	msgs, err := s.xreadgroup(ctx, s.c, r.cursor, count, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -305,8 +349,8 @@ func (r *reader) readPending(ctx context.Context, count int) ([]*engine.Delivery
 	return ds, nil
 }
 
-func (s *Source) xreadgroup(ctx context.Context, id string, count int, block time.Duration) ([]redis.XMessage, error) {
-	res, err := s.c.XReadGroup(ctx, &redis.XReadGroupArgs{
+func (s *Source) xreadgroup(ctx context.Context, c redis.Cmdable, id string, count int, block time.Duration) ([]redis.XMessage, error) {
+	res, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group:    s.o.Group,
 		Consumer: s.o.Consumer,
 		Streams:  []string{s.o.Stream, id},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,6 +45,19 @@ func (e *env) startManual(c *redis.Client, opts Options) *manual {
 		src.Close()
 	})
 	return m
+}
+
+// returned waits for Receive to return after a cancel and fails the test on an error.
+func (m *manual) returned(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-m.done:
+		if m.err != nil {
+			t.Fatalf("Receive = %v", m.err)
+		}
+	case <-time.After(timeout):
+		t.Fatalf("Receive did not return within %s", timeout)
+	}
 }
 
 func (m *manual) recv(t *testing.T, timeout time.Duration) *engine.Delivery {
@@ -265,4 +279,63 @@ func TestClaimedBeforeErrorHandedOver(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A stop while the read is blocked in XREADGROUP BLOCK returns at once, not after the block:
+// the read's own connection is closed. Settling after the read stopped still works.
+func TestStopCutsBlockedRead(t *testing.T) {
+	for _, kind := range []string{KindStream, KindClaiming, KindReclaim} {
+		t.Run(kind, func(t *testing.T) {
+			e := newEnv(t)
+			o := claimOpts(kind, "a")
+			if kind == KindStream {
+				o.MinIdle = 0
+			}
+			o.Block = 5 * time.Second
+			c, _ := e.client()
+			m := e.startManual(c, o)
+			e.xadd("s", "payload", "p")
+			d := m.recv(t, 10*time.Second)
+			e.waitFor("a read blocked in XREADGROUP", 10*time.Second, func() bool { return blockedReads(e) == 1 })
+			start := time.Now()
+			m.cancel()
+			m.returned(t, 10*time.Second)
+			took := time.Since(start)
+			t.Logf("Receive returned %v after the stop (block %v)", took, o.Block)
+			if took > 2*time.Second {
+				t.Fatalf("Receive took %v to return after the stop; the read was not cut short", took)
+			}
+			e.waitFor("no blocked read left on the server", 5*time.Second, func() bool { return blockedReads(e) == 0 })
+			if err := m.src.Settle(e.ctx, ack(d)); err != nil {
+				t.Fatalf("settle after the stop: %v", err)
+			}
+			if n := e.pending("s", "g"); n != 0 {
+				t.Fatalf("%d pending after settling", n)
+			}
+		})
+	}
+}
+
+// blockedReads counts the server's clients blocked in XREADGROUP.
+func blockedReads(e *env) int {
+	list, err := e.rdb.ClientList(e.ctx).Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, "cmd=xreadgroup") && hasFlag(line, 'b') {
+			n++
+		}
+	}
+	return n
+}
+
+func hasFlag(line string, f byte) bool {
+	for _, field := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(field, "flags="); ok {
+			return strings.IndexByte(v, f) >= 0
+		}
+	}
+	return false
 }
