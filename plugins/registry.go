@@ -54,9 +54,11 @@ type BlockValidator interface {
 }
 
 // Starter is an optional interface of a built handler. `flowrun run` calls Start once per
-// handler after every pipeline is built and before the first delivery is read; an error stops
-// the run before anything is consumed (exit code 2). ctx bounds start-up only: work that
-// outlives Start must be stopped by Close.
+// handler, right after its New, while it builds the pipelines one by one (so pipelines later in
+// the files are not built yet), and before any pipeline reads; an error stops the run before
+// anything is consumed (exit code 2), and Close is still called. ctx is the run's context: it
+// is not cancelled when Start returns but at the stop signal, so work that outlives Start must
+// not rely on it and must be stopped by Close.
 type Starter interface {
 	Start(ctx context.Context) error
 }

@@ -18,8 +18,10 @@ type sink struct{ client redis.UniversalClient }
 // NewSink returns a stream sink on client, which stays the caller's.
 func NewSink(client redis.UniversalClient) engine.Sink { return sink{client: client} }
 
-// Publish writes msgs in order. On a partial failure the messages before the first failed one
-// are written; the error says how many failed.
+// Publish sends one XADD per message, in order, in one pipeline. Each XADD stands alone: one
+// that fails (WRONGTYPE, NOPERM) does not stop the others, so on a partial failure messages
+// before and after a failed one are written; when the connection breaks, whether the rest were
+// is unknown. The error counts the failed XADDs and names their keys.
 func (k sink) Publish(ctx context.Context, msgs ...*engine.Message) error {
 	if len(msgs) == 0 {
 		return nil
