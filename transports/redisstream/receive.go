@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,7 +21,11 @@ import (
 // false meanwhile. The one error it returns is an authentication failure before any read has
 // succeeded: a configuration problem (SPEC §10), with the password redacted.
 //
-// A read blocked in XREADGROUP is not interrupted by ctx; Receive returns within one block.
+// Reads for new entries go out on a connection of their own (see newReadClient), which is
+// closed the moment ctx ends: a read blocked in XREADGROUP BLOCK is cut short, so a stop does
+// not wait out the block (on a Cluster it still does, at most one block). Entries read but not
+// yet handed to the engine when ctx ends stay pending in Redis: a stream source re-reads them
+// at its next start, claiming and reclaim take them back after min_idle.
 func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error {
 	if s.closed.Load() {
 		return errors.New("redisstream: receive on a closed source")
@@ -28,6 +33,15 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 	s.startKeepAlive()
 	r := &reader{s: s, out: out, feed: make(chan []*engine.Delivery, 4), space: make(chan struct{}, 1)}
 	r.reset()
+	if rc := s.newReadClient(); rc != nil {
+		closeRC := sync.OnceFunc(func() { rc.Close() })
+		stopAfter := context.AfterFunc(ctx, closeRC)
+		defer func() {
+			stopAfter()
+			closeRC()
+		}()
+		r.rc = rc
+	}
 	pushed := make(chan struct{})
 	go func() {
 		r.pusher(ctx)
@@ -35,6 +49,7 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 	}()
 	// The engine closes out once Receive returns: the pusher must be done with it first.
 	defer func() {
+		r.dropCarry()
 		close(r.feed)
 		<-pushed
 	}()
@@ -45,9 +60,13 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 		err := r.step(ctx)
 		if err == nil {
 			everOK = true
-			s.ready.Store(true)
+			s.ready.Store(true) // before the hand-over: whoever receives an entry sees Ready
 			state.OK()
 			bo.Reset()
+		}
+		r.push(r.got)
+		r.got = nil
+		if err == nil {
 			continue
 		}
 		if ctx.Err() != nil {
@@ -66,6 +85,27 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 	return nil
 }
 
+// newReadClient returns a client of the source's own, on the handed client's options, for the
+// reads of new entries: go-redis does not abandon a command when its context ends, so the only
+// way to cut a blocked XREADGROUP short at a stop is to close its connection, and a connection
+// of the shared pool cannot be singled out. It holds one connection and never resends a
+// command whose connection broke: such a read is an error, after which what it may have
+// delivered comes back (SPEC §10: a stream source re-reads its pending entries, claiming and
+// reclaim take them back after min_idle). Nil where the client is not a plain or Sentinel
+// client (a Cluster): reads then use the shared client and a stop waits for the read, at most
+// one block.
+func (s *Source) newReadClient() *redis.Client {
+	c, ok := s.c.(*redis.Client)
+	if !ok {
+		return nil
+	}
+	o := *c.Options() // the Dialer comes along: a Sentinel client's finds the current master
+	o.PoolSize, o.MinIdleConns, o.MaxActiveConns = 1, 0, 0
+	o.MaxRetries = -1
+	o.PushNotificationProcessor = nil // each client builds its own
+	return redis.NewClient(&o)
+}
+
 // reader is Receive's state; only Receive's goroutine touches it.
 type reader struct {
 	s         *Source
@@ -75,6 +115,10 @@ type reader struct {
 	cursor    string // pending re-read: last id seen
 	autoclaim string // reclaim: XAUTOCLAIM cursor
 	dials     uint64 // stream: the dial count when last checked
+
+	rc    *redis.Client      // reads of new entries, when the source has a client of its own
+	got   []*engine.Delivery // what the last step read, handed over by Receive
+	carry []redis.XMessage   // reclaim: claimed, tracked, delivery counts not learned yet
 
 	// Read entries go to the pusher, which hands them to the engine one by one while the next
 	// read is already on the wire. unpushed counts what was read and not yet handed over; a
@@ -122,7 +166,7 @@ func (r *reader) step(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r.push(ds)
+		r.got = ds
 		return nil
 	}
 	var claimed []*engine.Delivery
@@ -133,6 +177,9 @@ func (r *reader) step(ctx context.Context) error {
 		claimed, err = r.autoClaim(ctx)
 	}
 	if err != nil {
+		// What was claimed before the failure is this consumer's now, its delivery count
+		// raised: it is handed over, not left to come back after min_idle as one more attempt.
+		r.got = claimed
 		return err
 	}
 	// Never more than one batch ahead of the channel: claimed entries use up the batch.
@@ -142,10 +189,18 @@ func (r *reader) step(ctx context.Context) error {
 		if len(claimed) > 0 {
 			block = -1 // work in hand: do not wait for more
 		}
-		fresh, err = s.readNew(ctx, room, block)
+		fresh, err = s.readNew(ctx, r.readClient(), room, block)
 	}
-	r.push(append(claimed, fresh...))
+	r.got = append(claimed, fresh...)
 	return err
+}
+
+// readClient is the client reads of new entries use.
+func (r *reader) readClient() redis.Cmdable {
+	if r.rc != nil {
+		return r.rc
+	}
+	return r.s.c
 }
 
 // room waits until a read may be sent and returns how many entries it may ask for. The stream
@@ -179,31 +234,44 @@ func (r *reader) push(ds []*engine.Delivery) {
 	r.feed <- ds
 }
 
-// pusher hands queued entries to the engine in order until feed is closed. After ctx ends the
-// rest are untracked: they stay pending in Redis for the next start (stream) or for min_idle
-// (claiming, reclaim).
+// pusher hands queued entries to the engine in order until feed is closed. Once ctx has ended
+// nothing more is handed over, and the rest are untracked: they stay pending in Redis for the
+// next start (stream) or for min_idle (claiming, reclaim).
 func (r *reader) pusher(ctx context.Context) {
 	for ds := range r.feed {
-		for i, d := range ds {
-			select {
-			case r.out <- d:
-				r.unpushed.Add(-1)
-				select {
-				case r.space <- struct{}{}:
-				default:
-				}
-				continue
-			case <-ctx.Done():
-			}
-			ids := make([]string, 0, len(ds)-i)
-			for _, d := range ds[i:] {
-				ids = append(ids, d.ID)
-			}
-			r.s.track.remove(ids)
-			r.unpushed.Add(-int64(len(ds) - i))
-			break
+		n := r.handOver(ctx, ds)
+		if n == len(ds) {
+			continue
+		}
+		ids := make([]string, 0, len(ds)-n)
+		for _, d := range ds[n:] {
+			ids = append(ids, d.ID)
+		}
+		r.s.track.remove(ids)
+		r.unpushed.Add(-int64(len(ds) - n))
+	}
+}
+
+// handOver sends ds to the engine one by one and returns how many it sent before ctx ended.
+// ctx is checked before every send: select picks at random among ready cases, so an engine
+// still receiving after a stop would otherwise be handed about half of what is left.
+func (r *reader) handOver(ctx context.Context, ds []*engine.Delivery) int {
+	for i, d := range ds {
+		if ctx.Err() != nil {
+			return i
+		}
+		select {
+		case r.out <- d:
+		case <-ctx.Done():
+			return i
+		}
+		r.unpushed.Add(-1)
+		select {
+		case r.space <- struct{}{}:
+		default:
 		}
 	}
+	return len(ds)
 }
 
 func (s *Source) ensureGroup(ctx context.Context) error {
@@ -226,9 +294,9 @@ func (s *Source) blockFor() time.Duration {
 	return b
 }
 
-// readNew reads up to count new entries (XREADGROUP >); block < 0 does not block.
-func (s *Source) readNew(ctx context.Context, count int, block time.Duration) ([]*engine.Delivery, error) {
-	msgs, err := s.xreadgroup(ctx, ">", count, block)
+// readNew reads up to count new entries (XREADGROUP >) with c; block < 0 does not block.
+func (s *Source) readNew(ctx context.Context, c redis.Cmdable, count int, block time.Duration) ([]*engine.Delivery, error) {
+	msgs, err := s.xreadgroup(ctx, c, ">", count, block)
 	if err != nil || len(msgs) == 0 {
 		return nil, err
 	}
@@ -252,7 +320,7 @@ func (s *Source) readNew(ctx context.Context, count int, block time.Duration) ([
 func (r *reader) readPending(ctx context.Context, count int) ([]*engine.Delivery, error) {
 	s := r.s
 	inFlight := s.track.snapshot()
-	msgs, err := s.xreadgroup(ctx, r.cursor, count, -1)
+	msgs, err := s.xreadgroup(ctx, s.c, r.cursor, count, -1)
 	if err != nil {
 		return nil, err
 	}
@@ -281,8 +349,8 @@ func (r *reader) readPending(ctx context.Context, count int) ([]*engine.Delivery
 	return ds, nil
 }
 
-func (s *Source) xreadgroup(ctx context.Context, id string, count int, block time.Duration) ([]redis.XMessage, error) {
-	res, err := s.c.XReadGroup(ctx, &redis.XReadGroupArgs{
+func (s *Source) xreadgroup(ctx context.Context, c redis.Cmdable, id string, count int, block time.Duration) ([]redis.XMessage, error) {
+	res, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group:    s.o.Group,
 		Consumer: s.o.Consumer,
 		Streams:  []string{s.o.Stream, id},
@@ -331,8 +399,10 @@ func (s *Source) claimIdle(ctx context.Context) ([]*engine.Delivery, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redisstream: xclaim %s: %w", s.o.Stream, err)
 	}
-	// Redis 7 drops deleted entries from the PEL inside XCLAIM; older servers return them with
-	// no fields, and they are acknowledged here.
+	// The claimed entries are ours now and their delivery counts were raised: from here on
+	// they are tracked and handed over, whatever else fails. Redis 7 drops deleted entries
+	// from the PEL inside XCLAIM; older servers return them with no fields, and they are
+	// acknowledged here.
 	keep := msgs[:0]
 	var deleted []string
 	for _, m := range msgs {
@@ -341,9 +411,6 @@ func (s *Source) claimIdle(ctx context.Context) ([]*engine.Delivery, error) {
 		} else {
 			keep = append(keep, m)
 		}
-	}
-	if err := s.ackDeleted(ctx, deleted); err != nil {
-		return nil, err
 	}
 	ds := s.deliveries(keep)
 	for _, d := range ds {
@@ -354,14 +421,22 @@ func (s *Source) claimIdle(ctx context.Context) ([]*engine.Delivery, error) {
 		setCountHeaders(d)
 	}
 	s.trackDeliveries(ds)
-	return ds, nil
+	return ds, s.ackDeleted(ctx, deleted)
 }
 
 // autoClaim is the reclaim kind's pass (SPEC §2): XAUTOCLAIM min_idle from the kept cursor,
 // acknowledging ids it reports deleted, then one XPENDING over the claimed range to learn the
 // delivery counts (which now include this delivery).
+//
+// XAUTOCLAIM has raised the counts of what it claimed, so a failure after it must not lose
+// those entries (they would come back after min_idle as one more attempt): they are tracked at
+// once, which keeps them alive and out of other claims, and carried to the next step, which
+// learns their counts before it claims anything else.
 func (r *reader) autoClaim(ctx context.Context) ([]*engine.Delivery, error) {
 	s := r.s
+	if len(r.carry) > 0 {
+		return r.countCarried(ctx)
+	}
 	msgs, next, deleted, err := s.c.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
 		Stream: s.o.Stream, Group: s.o.Group, Consumer: s.o.Consumer,
 		MinIdle: s.o.MinIdle, Start: r.autoclaim, Count: int64(s.o.Batch),
@@ -373,33 +448,47 @@ func (r *reader) autoClaim(ctx context.Context) ([]*engine.Delivery, error) {
 	if next == "" {
 		r.autoclaim = "0-0"
 	}
-	keep := msgs[:0]
+	var claimed []string
 	for _, m := range msgs {
 		switch {
 		case len(m.Values) == 0:
 			deleted = append(deleted, m.ID)
 		case !s.track.has(m.ID): // still in flight here: its keep-alive lagged, do not run it twice
-			keep = append(keep, m)
+			r.carry = append(r.carry, m)
+			claimed = append(claimed, m.ID)
 		}
 	}
-	if err := s.ackDeleted(ctx, deleted); err != nil {
+	s.track.add(claimed)
+	ds, err := r.countCarried(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if len(keep) == 0 {
+	return ds, s.ackDeleted(ctx, deleted)
+}
+
+// countCarried learns the delivery counts of the carried entries and returns them as
+// deliveries; on an error they stay carried (and tracked) for the next step.
+func (r *reader) countCarried(ctx context.Context) ([]*engine.Delivery, error) {
+	s := r.s
+	if len(r.carry) == 0 {
 		return nil, nil
 	}
-	counts, err := s.pendingCounts(ctx, keep)
+	counts, err := s.pendingCounts(ctx, r.carry)
 	if err != nil {
 		return nil, err
 	}
 	idle := s.o.MinIdle.Milliseconds() // a lower bound: XAUTOCLAIM reset the idle time
-	ds := s.deliveries(keep)
+	ds := s.deliveries(r.carry)
+	r.carry = nil
 	out := ds[:0]
+	var gone []string
 	for _, d := range ds {
 		n, ok := counts[d.ID]
 		if !ok {
-			// Not pending for us any more: settled elsewhere between the two commands.
+			// Not pending for us any more: settled elsewhere between the two commands, or the
+			// data is gone (a restarted Redis).
 			s.log.Debug().Str("id", d.ID).Msg("reclaimed entry no longer pending; skipped")
+			gone = append(gone, d.ID)
 			continue
 		}
 		d.DeliveryCount = int(n)
@@ -408,8 +497,19 @@ func (r *reader) autoClaim(ctx context.Context) ([]*engine.Delivery, error) {
 		setCountHeaders(d)
 		out = append(out, d)
 	}
-	s.trackDeliveries(out)
+	s.track.remove(gone)
 	return out, nil
+}
+
+// dropCarry untracks carried entries when Receive ends: they stay pending in Redis and come
+// back after min_idle.
+func (r *reader) dropCarry() {
+	ids := make([]string, len(r.carry))
+	for i, m := range r.carry {
+		ids[i] = m.ID
+	}
+	r.s.track.remove(ids)
+	r.carry = nil
 }
 
 // pendingCounts learns the delivery counts of just-claimed entries with one XPENDING over

@@ -17,8 +17,10 @@ type sink struct{ client redis.UniversalClient }
 // NewSink returns a stream sink on client, which stays the caller's.
 func NewSink(client redis.UniversalClient) engine.Sink { return sink{client: client} }
 
-// Publish writes msgs in order, in one pipeline. A failure is named per message
-// (engine.SettleError); the other messages are written.
+// Publish sends one XADD per message, in order, in one pipeline. Each XADD stands alone: one
+// that fails (WRONGTYPE, NOPERM) does not stop the others. A failure is named per message
+// (engine.SettleError); when the connection breaks, every message of the pipeline is named,
+// though some may have been written.
 func (k sink) Publish(ctx context.Context, msgs ...*engine.Message) error {
 	if len(msgs) == 0 {
 		return nil

@@ -1,0 +1,341 @@
+package redisstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/engine"
+)
+
+// manual is a source whose Receive the test cancels itself, to time it and to settle after it.
+type manual struct {
+	src    *Source
+	out    chan *engine.Delivery
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // Receive's, once done is closed
+}
+
+func (e *env) startManual(c *redis.Client, opts Options) *manual {
+	e.t.Helper()
+	src, err := New(c, opts, zerolog.New(zerolog.NewTestWriter(e.t)).Level(zerolog.WarnLevel))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &manual{src: src, out: make(chan *engine.Delivery), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		m.err = src.Receive(ctx, m.out)
+		close(m.done)
+	}()
+	e.t.Cleanup(func() {
+		cancel()
+		select {
+		case <-m.done:
+		case <-time.After(15 * time.Second):
+		}
+		src.Close()
+	})
+	return m
+}
+
+// returned waits for Receive to return after a cancel and fails the test on an error.
+func (m *manual) returned(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-m.done:
+		if m.err != nil {
+			t.Fatalf("Receive = %v", m.err)
+		}
+	case <-time.After(timeout):
+		t.Fatalf("Receive did not return within %s", timeout)
+	}
+}
+
+func (m *manual) recv(t *testing.T, timeout time.Duration) *engine.Delivery {
+	t.Helper()
+	select {
+	case d := <-m.out:
+		return d
+	case <-time.After(timeout):
+		t.Fatalf("no delivery within %s", timeout)
+		return nil
+	}
+}
+
+// After a stop the source hands out nothing more, even to an engine still receiving: entries
+// read but not handed over are untracked and stay pending. Run a few times, since before the fix
+// it was select's random choice that sometimes handed one out.
+func TestNothingHandedOutAfterStop(t *testing.T) {
+	e := newEnv(t)
+	for i := range 12 {
+		stream := fmt.Sprintf("s%d", i)
+		e.xaddN(stream, 40)
+		o := streamOpts(stream)
+		o.Batch = 10
+		c, _ := e.client()
+		m := e.startManual(c, o)
+		// 6 of the first batch handed over; the pusher holds the other 4 and the read-ahead
+		// (sent once half a batch was handed over).
+		for range 6 {
+			m.recv(t, 5*time.Second)
+		}
+		e.waitFor("the read-ahead", 5*time.Second, func() bool { return m.src.track.len() > 10 })
+		read := m.src.track.len()
+		m.cancel()
+		late := 0
+	drain:
+		for {
+			select {
+			case <-m.out:
+				late++
+			case <-m.done:
+				if m.err != nil {
+					t.Fatalf("Receive = %v", m.err)
+				}
+				break drain
+			case <-time.After(10 * time.Second):
+				t.Fatal("Receive did not return")
+			}
+		}
+		if late > 0 {
+			t.Fatalf("run %d: %d entries handed out after the stop", i, late)
+		}
+		if n := m.src.track.len(); n != 6 {
+			t.Fatalf("run %d: %d tracked after the stop, want the 6 handed out", i, n)
+		}
+		if n := e.pending(stream, "g"); n != int64(read) {
+			t.Fatalf("run %d: %d pending, want %d (read, handed out or not)", i, n, read)
+		}
+	}
+}
+
+// Ready is true by the time anything is handed out: a test (or /readyz) that sees a delivery
+// sees a ready source. Before the fix Ready was set after the hand-over.
+func TestReadyBeforeHandOver(t *testing.T) {
+	e := newEnv(t)
+	for i := range 10 {
+		for _, kind := range []string{KindStream, KindClaiming, KindReclaim} {
+			stream := fmt.Sprintf("%s%d", kind, i)
+			o := claimOpts(kind, "a")
+			o.Stream = stream
+			if kind == KindStream {
+				o.MinIdle = 0
+				// Pending for this consumer already: the very first step (the pending
+				// re-read) hands it out.
+				if err := e.rdb.XGroupCreateMkStream(e.ctx, stream, "g", "0").Err(); err != nil {
+					t.Fatal(err)
+				}
+				e.xadd(stream, "payload", "p")
+				e.rdb.XReadGroup(e.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "a", Streams: []string{stream, ">"}})
+			} else {
+				e.xadd(stream, "payload", "p")
+			}
+			c, _ := e.client()
+			m := e.startManual(c, o)
+			m.recv(t, 5*time.Second)
+			if !m.src.Ready() {
+				t.Fatalf("%s run %d: a delivery was handed out while Ready is false", kind, i)
+			}
+			m.cancel()
+		}
+	}
+}
+
+// faultHook fails or rewrites chosen commands of a source's client.
+type faultHook struct {
+	mu     sync.Mutex
+	before func(cmd redis.Cmder) error // a non-nil error fails the command unsent
+	after  func(cmd redis.Cmder)       // may rewrite the reply
+}
+
+func (h *faultHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		before, after := h.before, h.after
+		h.mu.Unlock()
+		if before != nil {
+			if err := before(cmd); err != nil {
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		err := next(ctx, cmd)
+		if after != nil {
+			after(cmd)
+		}
+		return err
+	}
+}
+
+func (h *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// failOnce returns a before-hook failing the first command named name.
+func failOnce(name string) func(redis.Cmder) error {
+	var once sync.Once
+	return func(cmd redis.Cmder) error {
+		var err error
+		if cmd.Name() == name {
+			once.Do(func() { err = errors.New("injected failure of " + name) })
+		}
+		return err
+	}
+}
+
+// Entries claimed just before a later command of the claim pass fails are handed over (or,
+// for reclaim, stay tracked and are handed over by the next step) with the delivery count the
+// claim gave them: the failure does not cost them an attempt. Before the fix they were dropped
+// untracked and came back after min_idle with their count raised once more.
+func TestClaimedBeforeErrorHandedOver(t *testing.T) {
+	tests := []struct {
+		kind string
+		hook func(h *faultHook)
+		// what the deliveries must show: consumer x read them once, then this source claimed
+		dc, attempt int
+	}{
+		{
+			// Redis 7 drops deleted entries inside XCLAIM, so the older servers' reply (an
+			// entry with no fields) is simulated, and the XACK of that id fails.
+			kind: KindClaiming,
+			hook: func(h *faultHook) {
+				h.after = func(cmd redis.Cmder) {
+					if c, ok := cmd.(*redis.XMessageSliceCmd); ok && cmd.Name() == "xclaim" && c.Err() == nil {
+						c.SetVal(append(c.Val(), redis.XMessage{ID: "0-1"}))
+					}
+				}
+				h.before = failOnce("xack")
+			},
+			dc: 1, attempt: 2,
+		},
+		{
+			// The XPENDING that learns the counts after XAUTOCLAIM fails once.
+			kind: KindReclaim,
+			hook: func(h *faultHook) { h.before = failOnce("xpending") },
+			dc:   2, attempt: 2,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind, func(t *testing.T) {
+			e := newEnv(t)
+			ids := e.xaddN("s", 2)
+			if err := e.rdb.XGroupCreateMkStream(e.ctx, "s", "g", "0").Err(); err != nil {
+				t.Fatal(err)
+			}
+			e.rdb.XReadGroup(e.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "x", Streams: []string{"s", ">"}})
+			time.Sleep(testMinIdle + 50*time.Millisecond) // idle enough to be claimed
+			h := &faultHook{}
+			tt.hook(h)
+			c := e.srv.NewClient()
+			c.AddHook(h)
+			t.Cleanup(func() { c.Close() })
+			m := e.startManual(c, claimOpts(tt.kind, "a"))
+			got := map[string]*engine.Delivery{}
+			for range 2 {
+				d := m.recv(t, 5*time.Second)
+				got[d.ID] = d
+			}
+			for _, id := range ids {
+				d := got[id]
+				if d == nil {
+					t.Fatalf("got %v, want %v", got, ids)
+				}
+				if d.DeliveryCount != tt.dc || d.Attempt != tt.attempt {
+					t.Errorf("%s: delivery count %d attempt %d, want %d and %d",
+						id, d.DeliveryCount, d.Attempt, tt.dc, tt.attempt)
+				}
+				// Redis counts x's read and this source's claim, and nothing more.
+				if p, ok := e.pendingOf("s", "g", id); !ok || p.Consumer != "a" || p.RetryCount != 2 {
+					t.Errorf("%s: pending %+v, want owned by a, delivered twice", id, p)
+				}
+			}
+			// Nothing comes back a second time while they are in flight here.
+			select {
+			case d := <-m.out:
+				t.Fatalf("%s handed out twice (delivery count %d)", d.ID, d.DeliveryCount)
+			case <-time.After(2 * testMinIdle):
+			}
+			for _, d := range got {
+				if err := m.src.Settle(e.ctx, ack(d)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := e.pending("s", "g"); n != 0 {
+				t.Fatalf("%d pending after settling", n)
+			}
+			if n := m.src.track.len(); n != 0 {
+				t.Fatalf("%d still tracked after settling", n)
+			}
+		})
+	}
+}
+
+// A stop while the read is blocked in XREADGROUP BLOCK returns at once, not after the block:
+// the read's own connection is closed. Settling after the read stopped still works.
+func TestStopCutsBlockedRead(t *testing.T) {
+	for _, kind := range []string{KindStream, KindClaiming, KindReclaim} {
+		t.Run(kind, func(t *testing.T) {
+			e := newEnv(t)
+			o := claimOpts(kind, "a")
+			if kind == KindStream {
+				o.MinIdle = 0
+			}
+			o.Block = 5 * time.Second
+			c, _ := e.client()
+			m := e.startManual(c, o)
+			e.xadd("s", "payload", "p")
+			d := m.recv(t, 10*time.Second)
+			e.waitFor("a read blocked in XREADGROUP", 10*time.Second, func() bool { return blockedReads(e) == 1 })
+			start := time.Now()
+			m.cancel()
+			m.returned(t, 10*time.Second)
+			took := time.Since(start)
+			t.Logf("Receive returned %v after the stop (block %v)", took, o.Block)
+			if took > 2*time.Second {
+				t.Fatalf("Receive took %v to return after the stop; the read was not cut short", took)
+			}
+			e.waitFor("no blocked read left on the server", 5*time.Second, func() bool { return blockedReads(e) == 0 })
+			if err := m.src.Settle(e.ctx, ack(d)); err != nil {
+				t.Fatalf("settle after the stop: %v", err)
+			}
+			if n := e.pending("s", "g"); n != 0 {
+				t.Fatalf("%d pending after settling", n)
+			}
+		})
+	}
+}
+
+// blockedReads counts the server's clients blocked in XREADGROUP.
+func blockedReads(e *env) int {
+	list, err := e.rdb.ClientList(e.ctx).Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, "cmd=xreadgroup") && hasFlag(line, 'b') {
+			n++
+		}
+	}
+	return n
+}
+
+func hasFlag(line string, f byte) bool {
+	for _, field := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(field, "flags="); ok {
+			return strings.IndexByte(v, f) >= 0
+		}
+	}
+	return false
+}
