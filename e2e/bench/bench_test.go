@@ -114,3 +114,24 @@ func TestMedians(t *testing.T) {
 		t.Errorf("got %+v, want %+v", got.rows, want)
 	}
 }
+
+func TestSummarize(t *testing.T) {
+	start := time.UnixMicro(1_000_000_000)
+	o := offered{sent: 3, start: start, took: time.Second}
+	warm := start.UnixMicro() + latencyWarmup.Microseconds()
+	samples := []sample{
+		{sent: start.UnixMicro(), handled: start.UnixMicro() + 5000}, // warm-up: not counted
+		{sent: warm, handled: warm + 100},
+		{sent: warm + 10, handled: start.Add(o.took).UnixMicro() + 20_000},
+	}
+	got, err := summarize(samples, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.samples != 2 || got.p50 != 100*time.Microsecond || got.behind != 20*time.Millisecond {
+		t.Errorf("got %+v", got)
+	}
+	if _, err := summarize(samples[:2], o); err == nil {
+		t.Error("a missing entry is not reported")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,8 +103,9 @@ type flowrunProc struct {
 	err    error // cmd.Wait's result, once exited is closed
 }
 
-// startFlowrun writes cfg to <dir>/<name>.hcl and runs it, logging at warn to <dir>/<name>.log.
-func (b *bench) startFlowrun(name, cfg string) (*flowrunProc, error) {
+// startFlowrun writes cfg to <dir>/<name>.hcl and runs it, logging at warn to <dir>/<name>.log,
+// its stdout to stdout (nil: discarded).
+func (b *bench) startFlowrun(name, cfg string, stdout io.Writer) (*flowrunProc, error) {
 	path := filepath.Join(b.dir, name+".hcl")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, err
@@ -116,6 +118,7 @@ func (b *bench) startFlowrun(name, cfg string) (*flowrunProc, error) {
 	defer logf.Close()
 	p.cmd = exec.Command(b.bin, "run", "--log-level", "warn", path)
 	p.cmd.Stderr = logf
+	p.cmd.Stdout = stdout
 	p.cmd.Env = os.Environ()
 	if b.o.cpuprofile != "" {
 		p.profile = filepath.Join(b.o.cpuprofile, name+".pprof")

@@ -131,7 +131,7 @@ func (b *bench) timeFlowrun(name, cfg string, total int64, progress progressFunc
 	if err != nil {
 		return span{}, 0, err
 	}
-	p, err := b.startFlowrun(name, cfg)
+	p, err := b.startFlowrun(name, cfg, nil)
 	if err != nil {
 		return span{}, 0, err
 	}

@@ -22,6 +22,7 @@ func (r row) ratio() float64 { return r.flowrun.rate() / r.plain.rate() }
 
 // latencyRow is the latency workload's comparison at one offered rate.
 type latencyRow struct {
+	name    string
 	offered float64 // XADDs per second actually sent, averaged over both sides
 	plain   latencies
 	flowrun latencies
@@ -72,7 +73,7 @@ func medians(runs []results) results {
 	}
 	for i := range runs[0].lat {
 		var plain, flow []latencies
-		l := latencyRow{}
+		l := latencyRow{name: runs[0].lat[i].name}
 		for _, run := range runs {
 			x := run.lat[i]
 			plain, flow = append(plain, x.plain), append(flow, x.flowrun)
@@ -130,7 +131,7 @@ func (r results) print(w io.Writer, o options) {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "%-17s %9s %9s %9s %18s   (XADD → handler, %s msg/s offered for %s)\n",
-			"latency", "p50", "p99", "p99.9", "flowrun peak RSS", thousands(l.offered), o.duration)
+			l.name, "p50", "p99", "p99.9", "flowrun peak RSS", thousands(l.offered), o.duration)
 		fmt.Fprintf(w, "%-17s %9s %9s %9s %18s%s\n", "plain", micros(l.plain.p50), micros(l.plain.p99), micros(l.plain.p999), "", l.plain.note())
 		fmt.Fprintf(w, "%-17s %9s %9s %9s %18s%s\n", "flowrun", micros(l.flowrun.p50), micros(l.flowrun.p99), micros(l.flowrun.p999), mib(l.rss), l.flowrun.note())
 		fmt.Fprintf(w, "%-17s %9.2f× %8.2f× %8.2f×\n", "flowrun / plain",
