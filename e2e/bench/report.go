@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -132,7 +133,7 @@ func (r results) print(w io.Writer, o options) {
 		}
 		fmt.Fprintf(w, "%-17s %9s %9s %9s %18s   (XADD → handler, %s msg/s offered for %s)\n",
 			l.name, "p50", "p99", "p99.9", "flowrun peak RSS", thousands(l.offered), o.duration)
-		fmt.Fprintf(w, "%-17s %9s %9s %9s %18s%s\n", "plain", micros(l.plain.p50), micros(l.plain.p99), micros(l.plain.p999), "", l.plain.note())
+		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("%-17s %9s %9s %9s %18s%s", "plain", micros(l.plain.p50), micros(l.plain.p99), micros(l.plain.p999), "", l.plain.note()), " "))
 		fmt.Fprintf(w, "%-17s %9s %9s %9s %18s%s\n", "flowrun", micros(l.flowrun.p50), micros(l.flowrun.p99), micros(l.flowrun.p999), mib(l.rss), l.flowrun.note())
 		fmt.Fprintf(w, "%-17s %9.2f× %8.2f× %8.2f×\n", "flowrun / plain",
 			ratioOf(l.flowrun.p50, l.plain.p50), ratioOf(l.flowrun.p99, l.plain.p99), ratioOf(l.flowrun.p999, l.plain.p999))
