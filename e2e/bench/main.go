@@ -1,22 +1,26 @@
-// Command bench measures flowrun draining a preloaded Redis stream with a no-op rule, beside a
-// plain go-redis consumer (XREADGROUP COUNT 1000 + one XACK per batch) on the same redis-server in
-// the same run, and prints both rates, their ratio and flowrun's peak RSS.
+// Command bench measures flowrun on real workloads, each beside a hand-written go-redis consumer
+// that sends the same Redis commands, on the same redis-server, in the same run. It prints both
+// rates, their ratio, flowrun's peak RSS and Redis's CPU time per message, and for the latency
+// workload p50/p99/p99.9 of the time from XADD to handler at a fixed offered rate, with the
+// handler only acknowledging (latency) and emitting to a stream (latency-emit). See README.md,
+// "Benchmark", for what each side of each workload sends.
 //
-//	go run ./e2e/bench            # 200,000 entries
-//	go run ./e2e/bench -n 50000
+//	go run ./e2e/bench                               # every workload, 200,000 entries each
+//	go run ./e2e/bench -workload rules,list -n 50000
+//	go run ./e2e/bench -workload latency -rate 5000 -duration 10s
+//	go run ./e2e/bench -workload rules -cpuprofile /tmp/prof   # flowrun writes /tmp/prof/rules.pprof
+//
+// It must run inside the flowrun module (it builds ./cmd/flowrun unless -bin names a binary).
 package main
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,177 +28,173 @@ import (
 	"github.com/flowrun/flowrun/internal/redistest"
 )
 
+// options are the command's flags.
+type options struct {
+	n           int           // entries per throughput workload
+	batch       int           // entries per read, both sides
+	concurrency int           // flowrun's concurrency; 0 leaves flowrun's default (CPUs)
+	rate        int           // latency: offered XADDs per second
+	duration    time.Duration // latency: how long each side is offered that rate
+	runs        int           // runs of each workload; the table shows medians
+	cpuprofile  string        // directory for flowrun CPU profiles; "" for none
+	bin         string        // a flowrun binary to use instead of building ./cmd/flowrun
+}
+
+// workload is one selectable workload; run measures both sides and returns its rows.
+type workload struct {
+	name string
+	run  func(ctx context.Context, b *bench) (results, error)
+}
+
+var workloads = []workload{
+	{"noop", runNoop},
+	{"rules", runRules},
+	{"list", runList},
+	{"claim", runClaim},
+	{"latency", runLatency},
+}
+
+func workloadNames() []string {
+	names := make([]string, len(workloads))
+	for i, w := range workloads {
+		names[i] = w.name
+	}
+	return names
+}
+
 func main() {
-	n := flag.Int("n", 200_000, "entries to preload and drain")
-	batch := flag.Int("batch", 1000, "flowrun source batch (the plain loop reads 1000)")
-	concurrency := flag.Int("concurrency", 0, "flowrun concurrency (0: number of CPUs)")
+	var o options
+	sel := flag.String("workload", strings.Join(workloadNames(), ","), "comma-separated workloads to run: "+strings.Join(workloadNames(), ", "))
+	flag.IntVar(&o.n, "n", 200_000, "entries per throughput workload (latency uses -rate and -duration)")
+	flag.IntVar(&o.batch, "batch", 1000, "entries per read on both sides (flowrun's source batch, the plain consumers' COUNT)")
+	flag.IntVar(&o.concurrency, "concurrency", 0, "flowrun concurrency (0: flowrun's default, the number of CPUs)")
+	flag.IntVar(&o.rate, "rate", 10_000, "latency: XADDs offered per second")
+	flag.DurationVar(&o.duration, "duration", 5*time.Second, "latency: how long each side is offered -rate (plus a 500ms warm-up)")
+	flag.IntVar(&o.runs, "runs", 1, "run each workload this many times and show the median of each side (on a busy machine, 3)")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of each flowrun run to DIR/<row>.pprof")
+	flag.StringVar(&o.bin, "bin", "", "use this flowrun binary instead of building ./cmd/flowrun")
 	flag.Parse()
-	if err := run(*n, *batch, *concurrency); err != nil {
+	selected, err := selectWorkloads(*sel)
+	if err == nil {
+		err = o.validate()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	if err := run(o, selected); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n, batch, concurrency int) error {
+func (o *options) validate() error {
+	switch {
+	case o.n < 1:
+		return fmt.Errorf("-n must be at least 1, got %d", o.n)
+	case o.batch < 1:
+		return fmt.Errorf("-batch must be at least 1, got %d", o.batch)
+	case o.concurrency < 0:
+		return fmt.Errorf("-concurrency must not be negative, got %d", o.concurrency)
+	case o.rate < 1:
+		return fmt.Errorf("-rate must be at least 1, got %d", o.rate)
+	case o.runs < 1:
+		return fmt.Errorf("-runs must be at least 1, got %d", o.runs)
+	case o.duration < 100*time.Millisecond:
+		return fmt.Errorf("-duration must be at least 100ms, got %s", o.duration)
+	}
+	return nil
+}
+
+func selectWorkloads(list string) ([]workload, error) {
+	var out []workload
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		i := slices.IndexFunc(workloads, func(w workload) bool { return w.name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("-workload: unknown workload %q (want %s)", name, strings.Join(workloadNames(), ", "))
+		}
+		if !slices.ContainsFunc(out, func(w workload) bool { return w.name == name }) {
+			out = append(out, workloads[i])
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("-workload: no workload selected")
+	}
+	return out, nil
+}
+
+// bench is what every workload shares: the server, clients, the flowrun binary and the flags.
+type bench struct {
+	o   options
+	srv *redistest.Server
+	rdb *redis.Client // the plain consumers' client, also used for setup and checks
+	obs *redis.Client // the observer's own client (measure)
+	bin string        // the flowrun binary
+	dir string        // scratch directory: configs, logs
+}
+
+func run(o options, selected []workload) error {
 	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "flowrun-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if o.cpuprofile != "" {
+		if err := os.MkdirAll(o.cpuprofile, 0o755); err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+	}
+	bin := o.bin
+	if bin == "" {
+		if bin, err = buildFlowrun(dir, o.cpuprofile != ""); err != nil {
+			return err
+		}
+	} else if o.cpuprofile != "" {
+		return errors.New("-cpuprofile needs the binary this command builds; drop -bin")
+	}
+
 	srv, stop, err := redistest.StartMain()
 	if err != nil {
 		return err
 	}
 	defer stop()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	defer rdb.Close()
-
-	tmp, err := os.MkdirTemp("", "flowrun-bench-")
-	if err != nil {
-		return err
+	b := &bench{o: o, srv: srv, bin: bin, dir: dir,
+		rdb: redis.NewClient(&redis.Options{Addr: srv.Addr}),
+		obs: redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1}),
 	}
-	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "flowrun")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/flowrun")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("build flowrun (run from the repository root): %w", err)
-	}
+	defer b.rdb.Close()
+	defer b.obs.Close()
+	info, _ := b.rdb.InfoMap(ctx, "server").Result()
+	fmt.Printf("redis-server %s on %s; %d CPUs; -n %d -batch %d; payload %s\n",
+		info["Server"]["redis_version"], srv.Addr, numCPU(), o.n, o.batch, payload(1))
 
-	for _, stream := range []string{"bench:plain", "bench:flowrun"} {
-		if err := preload(ctx, rdb, stream, n); err != nil {
-			return err
-		}
-	}
-	fmt.Printf("redis-server %s, %d entries each, payload %q\n", srv.Addr, n, payload(1))
-
-	plain, err := drainPlain(ctx, rdb, "bench:plain", n)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("plain go-redis  %9.0f msg/s  (%v)\n", float64(n)/plain.Seconds(), plain.Round(time.Millisecond))
-
-	took, rss, err := drainFlowrun(ctx, rdb, bin, tmp, srv.URL, "bench:flowrun", n, batch, concurrency)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("flowrun         %9.0f msg/s  (%v, peak RSS %.1f MiB)\n", float64(n)/took.Seconds(), took.Round(time.Millisecond), float64(rss)/1024)
-	fmt.Printf("ratio           %9.2f  (flowrun / plain)\n", plain.Seconds()/took.Seconds())
-	return nil
-}
-
-func payload(i int) string { return fmt.Sprintf(`{"id":%d,"amount":12,"currency":"EUR"}`, i) }
-
-func preload(ctx context.Context, rdb *redis.Client, stream string, n int) error {
-	for i := 0; i < n; i += 1000 {
-		p := rdb.Pipeline()
-		for j := i; j < min(i+1000, n); j++ {
-			p.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []string{"payload", payload(j)}})
-		}
-		if _, err := p.Exec(ctx); err != nil {
-			return fmt.Errorf("preload %s: %w", stream, err)
-		}
-	}
-	return nil
-}
-
-func drainPlain(ctx context.Context, rdb *redis.Client, stream string, n int) (time.Duration, error) {
-	if err := rdb.XGroupCreateMkStream(ctx, stream, "g", "0").Err(); err != nil {
-		return 0, err
-	}
-	start := time.Now()
-	for done := 0; done < n; {
-		res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{stream, ">"}, Count: 1000, Block: time.Second}).Result()
-		if err != nil {
-			return 0, fmt.Errorf("plain xreadgroup: %w", err)
-		}
-		ids := make([]string, 0, 1000)
-		for _, s := range res {
-			for _, m := range s.Messages {
-				ids = append(ids, m.ID)
+	var all results
+	started := time.Now()
+	for _, w := range selected {
+		var runs []results
+		for range o.runs {
+			res, err := w.run(ctx, b)
+			if err != nil {
+				return fmt.Errorf("%s: %w", w.name, err)
+			}
+			runs = append(runs, res)
+			if err := b.rdb.FlushAll(ctx).Err(); err != nil {
+				return fmt.Errorf("flushall after %s: %w", w.name, err)
 			}
 		}
-		if err := rdb.XAck(ctx, stream, "g", ids...).Err(); err != nil {
-			return 0, fmt.Errorf("plain xack: %w", err)
-		}
-		done += len(ids)
+		all.add(medians(runs))
 	}
-	return time.Since(start), nil
-}
-
-func drainFlowrun(ctx context.Context, rdb *redis.Client, bin, dir, url, stream string, n, batch, concurrency int) (time.Duration, int64, error) {
-	conc := ""
-	if concurrency > 0 {
-		conc = fmt.Sprintf("  concurrency = %d\n", concurrency)
+	fmt.Println()
+	all.print(os.Stdout, o)
+	runs := ""
+	if o.runs > 1 {
+		runs = fmt.Sprintf("medians of %d runs; ", o.runs)
 	}
-	cfg := fmt.Sprintf(`redis "bench" {
-  url = %q
-}
-
-pipeline "bench" {
-  source "stream" {
-    stream = %q
-    group  = "g"
-    batch  = %d
-  }
-%s  rule "noop" {
-    outcome = "ack"
-  }
-}
-`, url, stream, batch, conc)
-	path := filepath.Join(dir, "bench.hcl")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		return 0, 0, err
-	}
-	cmd := exec.Command(bin, "run", "--log-level", "warn", path)
-	cmd.Stderr = os.Stderr
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return 0, 0, err
-	}
-	defer cmd.Process.Kill()
-	var rss int64
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		if r := peakRSS(cmd.Process.Pid); r > rss {
-			rss = r
-		}
-		if drained(ctx, rdb, stream, n) {
-			break
-		}
-		if time.Now().After(deadline) {
-			return 0, 0, fmt.Errorf("flowrun did not drain %d entries in 5 minutes", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	took := time.Since(start)
-	if r := peakRSS(cmd.Process.Pid); r > rss {
-		rss = r
-	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	cmd.Wait()
-	return took, rss, nil
-}
-
-// drained reports whether the group has read every entry and has nothing pending.
-func drained(ctx context.Context, rdb *redis.Client, stream string, n int) bool {
-	groups, err := rdb.XInfoGroups(ctx, stream).Result()
-	if err != nil || len(groups) == 0 {
-		return false
-	}
-	g := groups[0]
-	return g.EntriesRead >= int64(n) && g.Pending == 0
-}
-
-// peakRSS reads VmHWM (KiB) from /proc; 0 where it cannot.
-func peakRSS(pid int) int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb
-		}
-	}
-	return 0
+	fmt.Printf("\n(%s%d CPUs shared by redis-server, flowrun and this command; total %s)\n", runs, numCPU(), time.Since(started).Round(time.Second))
+	return nil
 }

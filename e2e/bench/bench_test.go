@@ -1,0 +1,137 @@
+package main
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The data decide how much work each side does: both must agree with the rule's condition.
+func TestRetriesAreOneInTen(t *testing.T) {
+	for _, n := range []int{100, 1000, 200_000} {
+		if got, want := expectedRetries(n), n/10; got != want {
+			t.Errorf("expectedRetries(%d) = %d, want %d", n, got, want)
+		}
+	}
+}
+
+func TestPayloadIsOrder(t *testing.T) {
+	for _, i := range []int{0, 1, 5, 42, 199_999} {
+		var got order
+		if err := json.Unmarshal([]byte(payload(i)), &got); err != nil {
+			t.Fatalf("payload(%d) = %s: %v", i, payload(i), err)
+		}
+		if want := orderFor(i); got != want {
+			t.Errorf("payload(%d) decodes to %+v, want %+v", i, got, want)
+		}
+	}
+}
+
+func TestRouteRules(t *testing.T) {
+	retried := 5 // EUR, amount 85.5
+	if o := orderFor(retried); !retryFirst(&o, 1) {
+		t.Fatalf("entry %d (%+v) is not retried on attempt 1", retried, o)
+	}
+	p := payload(retried)
+	tests := []struct {
+		name       string
+		values     map[string]any
+		wantKey    string
+		wantFields []string
+	}{
+		{"first attempt is copied", map[string]any{"payload": p}, "in", []string{retryCountHeader, "1", "payload", p}},
+		{"the copy is emitted", map[string]any{"payload": p, retryCountHeader: "1"}, "out", []string{"routed", "yes", "payload", p}},
+		{"headers are kept, sorted", map[string]any{"payload": p, "zz": "2", "a": "1"}, "in", []string{"a", "1", retryCountHeader, "1", "zz", "2", "payload", p}},
+		{"others are emitted", map[string]any{"payload": payload(1)}, "out", []string{"routed", "yes", "payload", payload(1)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key, fields, err := routeRules(redis.XMessage{ID: "1-0", Values: tt.values}, "in", "out")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if key != tt.wantKey || !slices.Equal(fields, tt.wantFields) {
+				t.Errorf("got %s %q, want %s %q", key, fields, tt.wantKey, tt.wantFields)
+			}
+		})
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	v := make([]int64, 1000)
+	for i := range v {
+		v[i] = int64(i + 1)
+	}
+	for _, c := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.5, 500 * time.Microsecond}, {0.99, 990 * time.Microsecond}, {0.999, 999 * time.Microsecond}, {1, 1000 * time.Microsecond}} {
+		if got := percentile(v, c.q); got != c.want {
+			t.Errorf("percentile(%v) = %v, want %v", c.q, got, c.want)
+		}
+	}
+	if got := percentile([]int64{7}, 0.999); got != 7*time.Microsecond {
+		t.Errorf("one sample: got %v", got)
+	}
+}
+
+func TestThousands(t *testing.T) {
+	for f, want := range map[float64]string{0: "0", 999.4: "999", 1000: "1,000", 414237.6: "414,238", 1234567: "1,234,567"} {
+		if got := thousands(f); got != want {
+			t.Errorf("thousands(%v) = %q, want %q", f, got, want)
+		}
+	}
+}
+
+// BenchmarkRouteRules is the plain consumer's work per delivery in the rules workload (decode,
+// decide, build the XADD fields), to set beside flowrun's rule evaluation in
+// go test -bench RuleSet ./rules/.
+func BenchmarkRouteRules(b *testing.B) {
+	msgs := make([]redis.XMessage, 100)
+	for i := range msgs {
+		msgs[i] = redis.XMessage{ID: "1-0", Values: map[string]any{"payload": payload(i)}}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, _, err := routeRules(msgs[i%len(msgs)], "in", "out"); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+func TestMedians(t *testing.T) {
+	run := func(plain, flow time.Duration, rss int64) results {
+		return results{rows: []row{{name: "noop", plain: span{count: 1000, took: plain}, flowrun: span{count: 1000, took: flow}, rss: rss}}}
+	}
+	got := medians([]results{run(time.Second, 4*time.Second, 10), run(3*time.Second, 2*time.Second, 30), run(2*time.Second, 3*time.Second, 20)})
+	want := row{name: "noop", plain: span{count: 1000, took: 2 * time.Second}, flowrun: span{count: 1000, took: 3 * time.Second}, rss: 30}
+	if len(got.rows) != 1 || got.rows[0] != want {
+		t.Errorf("got %+v, want %+v", got.rows, want)
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	start := time.UnixMicro(1_000_000_000)
+	o := offered{sent: 3, start: start, took: time.Second}
+	warm := start.UnixMicro() + latencyWarmup.Microseconds()
+	samples := []sample{
+		{sent: start.UnixMicro(), handled: start.UnixMicro() + 5000}, // warm-up: not counted
+		{sent: warm, handled: warm + 100},
+		{sent: warm + 10, handled: start.Add(o.took).UnixMicro() + 20_000},
+	}
+	got, err := summarize(samples, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.samples != 2 || got.p50 != 100*time.Microsecond || got.behind != 20*time.Millisecond {
+		t.Errorf("got %+v", got)
+	}
+	if _, err := summarize(samples[:2], o); err == nil {
+		t.Error("a missing entry is not reported")
+	}
+}

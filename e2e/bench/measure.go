@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// pollEvery is how often the observer asks Redis how far a side has got.
+	pollEvery = 2 * time.Millisecond
+	// stallAfter ends a measurement that has made no progress for this long.
+	stallAfter = 30 * time.Second
+	// preloadChunk is how many writes one preload pipeline carries.
+	preloadChunk = 1000
+)
+
+// span is what one side did between the observer's first sight of progress and its sight of
+// the end: count messages settled in took. redis is the CPU time redis-server spent over the
+// side's whole run (start-up and the observer's polls included).
+type span struct {
+	count int64
+	took  time.Duration
+	total int64 // messages of the whole run
+	redis time.Duration
+}
+
+// redisPerMsg is the redis-server CPU time per message of the whole run.
+func (s span) redisPerMsg() time.Duration {
+	if s.total == 0 {
+		return 0
+	}
+	return s.redis / time.Duration(s.total)
+}
+
+func (s span) rate() float64 {
+	if s.took <= 0 {
+		return 0
+	}
+	return float64(s.count) / s.took.Seconds()
+}
+
+// progressFunc reports how many messages a side has settled so far, as Redis sees it.
+type progressFunc func(ctx context.Context) (int64, error)
+
+// measure times one side the same way for both: it polls progress every pollEvery until it
+// reaches total and returns the messages settled after the first poll that saw any, and the time
+// from that poll to the one that saw total. Start-up (flowrun's process start, config load,
+// connecting; the plain consumer's first read) is outside the span on both sides, and each end
+// is seen within one poll.
+func measure(ctx context.Context, total int64, progress progressFunc) (span, error) {
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	var (
+		t0       time.Time
+		s0       int64
+		last     int64
+		lastMove = time.Now()
+	)
+	for {
+		s, err := progress(ctx)
+		now := time.Now()
+		if err != nil {
+			if c := context.Cause(ctx); c != nil {
+				return span{}, c
+			}
+			return span{}, err
+		}
+		if s > 0 && t0.IsZero() {
+			t0, s0 = now, s
+		}
+		if s >= total {
+			if s0 >= total {
+				return span{}, fmt.Errorf("all %d settled before the first poll: too few to time, raise -n", total)
+			}
+			return span{count: total - s0, took: now.Sub(t0), total: total}, nil
+		}
+		if s != last {
+			last, lastMove = s, now
+		} else if now.Sub(lastMove) > stallAfter {
+			return span{}, fmt.Errorf("no progress for %s: %d of %d settled", stallAfter, s, total)
+		}
+		select {
+		case <-ctx.Done():
+			return span{}, fmt.Errorf("%d of %d settled: %w", s, total, context.Cause(ctx))
+		case <-tick.C:
+		}
+	}
+}
+
+// timePlain runs a plain consumer in a goroutine and measures it; consume returns once it has
+// handled everything.
+func (b *bench) timePlain(ctx context.Context, total int64, progress progressFunc, consume func(ctx context.Context) error) (span, error) {
+	cpu0, err := b.redisCPU(ctx)
+	if err != nil {
+		return span{}, err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan error, 1)
+	go func() {
+		err := consume(ctx)
+		if err != nil {
+			cancel(fmt.Errorf("plain consumer: %w", err))
+		}
+		done <- err
+	}()
+	sp, err := measure(ctx, total, progress)
+	if err != nil {
+		cancel(err)
+	}
+	if cerr := <-done; cerr != nil && err == nil {
+		err = fmt.Errorf("plain consumer: %w", cerr)
+	}
+	if err != nil {
+		return span{}, err
+	}
+	cpu1, err := b.redisCPU(ctx)
+	sp.redis = cpu1 - cpu0
+	return sp, err
+}
+
+// timeFlowrun runs flowrun with cfg, measures it and stops it; it returns the span and flowrun's
+// peak RSS in KiB.
+func (b *bench) timeFlowrun(name, cfg string, total int64, progress progressFunc) (span, int64, error) {
+	cpu0, err := b.redisCPU(context.Background())
+	if err != nil {
+		return span{}, 0, err
+	}
+	p, err := b.startFlowrun(name, cfg, nil)
+	if err != nil {
+		return span{}, 0, err
+	}
+	sp, err := measure(p.ctx, total, progress)
+	if err != nil {
+		p.kill()
+		return span{}, 0, fmt.Errorf("flowrun: %w", err)
+	}
+	rss, err := p.stop()
+	if err != nil {
+		return span{}, 0, err
+	}
+	cpu1, err := b.redisCPU(context.Background())
+	sp.redis = cpu1 - cpu0
+	return sp, rss, err
+}
+
+// redisCPU is redis-server's CPU time so far (INFO cpu: used_cpu_sys + used_cpu_user).
+func (b *bench) redisCPU(ctx context.Context) (time.Duration, error) {
+	info, err := b.obs.InfoMap(ctx, "cpu").Result()
+	if err != nil {
+		return 0, fmt.Errorf("info cpu: %w", err)
+	}
+	var total float64
+	for _, f := range []string{"used_cpu_sys", "used_cpu_user"} {
+		v, err := strconv.ParseFloat(info["CPU"][f], 64)
+		if err != nil {
+			return 0, fmt.Errorf("info cpu: %s: %w", f, err)
+		}
+		total += v
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
+// streamSettled counts what a consumer group has read and acknowledged: entries-read − pending.
+// A group that does not exist yet has settled nothing.
+func streamSettled(rdb *redis.Client, stream, group string) progressFunc {
+	return func(ctx context.Context) (int64, error) {
+		gs, err := rdb.XInfoGroups(ctx, stream).Result()
+		if err != nil && !isNoSuchKey(err) {
+			return 0, err
+		}
+		for _, g := range gs {
+			if g.Name == group {
+				return g.EntriesRead - g.Pending, nil
+			}
+		}
+		return 0, nil
+	}
+}
+
+// pendingSettled counts, of n entries pending at the start, those no longer pending.
+func pendingSettled(rdb *redis.Client, stream, group string, n int64) progressFunc {
+	return func(ctx context.Context) (int64, error) {
+		gs, err := rdb.XInfoGroups(ctx, stream).Result()
+		if err != nil {
+			return 0, err
+		}
+		for _, g := range gs {
+			if g.Name == group {
+				return n - g.Pending, nil
+			}
+		}
+		return 0, fmt.Errorf("group %s of %s is gone", group, stream)
+	}
+}
+
+// listSettled counts, of n elements preloaded, those neither in the list nor in processing.
+func listSettled(rdb *redis.Client, key, processing string, n int64) progressFunc {
+	return func(ctx context.Context) (int64, error) {
+		var a, b *redis.IntCmd
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			a, b = p.LLen(ctx, key), p.LLen(ctx, processing)
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
+		return n - a.Val() - b.Val(), nil
+	}
+}
+
+func isNoSuchKey(err error) bool {
+	return err != nil && (err.Error() == "ERR no such key" || errors.Is(err, redis.Nil))
+}
+
+// order is the payload every workload's messages carry.
+type order struct {
+	ID       int     `json:"id"`
+	Amount   float64 `json:"amount"`
+	Currency string  `json:"currency"`
+	Customer string  `json:"customer"`
+}
+
+var currencies = [...]string{"EUR", "USD", "GBP", "CHF", "JPY"}
+
+// orderFor is entry i's payload. Amounts run over 0.5 … 99.5 and every fifth entry is in EUR, so
+// that exactly one entry in ten (of every hundred consecutive ones) has amount > 50 in EUR.
+func orderFor(i int) order {
+	return order{ID: i, Amount: float64(i*37%100) + 0.5, Currency: currencies[i%len(currencies)], Customer: fmt.Sprintf("c%02d", i%100)}
+}
+
+// payload is entry i's payload as JSON text.
+func payload(i int) string {
+	o := orderFor(i)
+	return `{"id":` + strconv.Itoa(o.ID) + `,"amount":` + strconv.FormatFloat(o.Amount, 'f', -1, 64) +
+		`,"currency":"` + o.Currency + `","customer":"` + o.Customer + `"}`
+}
+
+// preloadStreams appends n entries (one field, payload) to each stream.
+func preloadStreams(ctx context.Context, rdb *redis.Client, n int, streams ...string) error {
+	for _, stream := range streams {
+		for i := 0; i < n; i += preloadChunk {
+			p := rdb.Pipeline()
+			for j := i; j < min(i+preloadChunk, n); j++ {
+				p.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []string{"payload", payload(j)}})
+			}
+			if _, err := p.Exec(ctx); err != nil {
+				return fmt.Errorf("preload %s: %w", stream, err)
+			}
+		}
+	}
+	return nil
+}
+
+// messageIDs lists the ids of an XREADGROUP reply.
+func messageIDs(res []redis.XStream) []string {
+	var ids []string
+	for _, s := range res {
+		for _, m := range s.Messages {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids
+}

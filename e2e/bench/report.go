@@ -1,0 +1,170 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// row is one throughput comparison: both sides on the same work.
+type row struct {
+	name    string
+	plain   span
+	flowrun span
+	rss     int64 // flowrun's peak RSS in KiB
+}
+
+func (r row) ratio() float64 { return r.flowrun.rate() / r.plain.rate() }
+
+// latencyRow is the latency workload's comparison at one offered rate.
+type latencyRow struct {
+	name    string
+	offered float64 // XADDs per second actually sent, averaged over both sides
+	plain   latencies
+	flowrun latencies
+	rss     int64 // flowrun's peak RSS in KiB
+}
+
+// latencies are the percentiles of one side's XADD → handler times.
+type latencies struct {
+	samples        int
+	p50, p99, p999 time.Duration
+	// behind is how long after the producer stopped the last entry was handled: more than a
+	// few milliseconds means the side did not keep up with the offered rate, and its
+	// percentiles measure a queue that grew with -duration.
+	behind time.Duration
+}
+
+// fellBehind is behind's threshold for the warning in the table.
+const fellBehind = 50 * time.Millisecond
+
+// results is what workloads return and the final table shows.
+type results struct {
+	rows []row
+	lat  []latencyRow
+}
+
+func (r *results) add(o results) {
+	r.rows = append(r.rows, o.rows...)
+	r.lat = append(r.lat, o.lat...)
+}
+
+// medians combines runs of one workload, row by row: each side's median rate (of an even number,
+// the lower middle), the highest peak RSS; for latency, each side's run with the median p99.
+func medians(runs []results) results {
+	if len(runs) == 1 {
+		return runs[0]
+	}
+	var out results
+	for i := range runs[0].rows {
+		var plain, flow []span
+		r := row{name: runs[0].rows[i].name}
+		for _, run := range runs {
+			x := run.rows[i]
+			plain, flow = append(plain, x.plain), append(flow, x.flowrun)
+			r.rss = max(r.rss, x.rss)
+		}
+		r.plain, r.flowrun = median(plain, span.rate), median(flow, span.rate)
+		out.rows = append(out.rows, r)
+	}
+	for i := range runs[0].lat {
+		var plain, flow []latencies
+		l := latencyRow{name: runs[0].lat[i].name}
+		for _, run := range runs {
+			x := run.lat[i]
+			plain, flow = append(plain, x.plain), append(flow, x.flowrun)
+			l.rss = max(l.rss, x.rss)
+			l.offered += x.offered / float64(len(runs))
+		}
+		p99 := func(l latencies) float64 { return float64(l.p99) }
+		l.plain, l.flowrun = median(plain, p99), median(flow, p99)
+		out.lat = append(out.lat, l)
+	}
+	return out
+}
+
+// median returns the element of xs with the median key (the lower middle of an even count).
+func median[T any](xs []T, key func(T) float64) T {
+	s := slices.Clone(xs)
+	slices.SortFunc(s, func(a, b T) int { return cmp.Compare(key(a), key(b)) })
+	return s[(len(s)-1)/2]
+}
+
+// report prints a row as soon as it is measured.
+func (r row) report() {
+	fmt.Printf("%-17s plain %s, flowrun %s, ratio %.2f, flowrun peak RSS %s\n",
+		r.name, r.plain, r.flowrun, r.ratio(), mib(r.rss))
+}
+
+func (s span) String() string {
+	return fmt.Sprintf("%s msg/s (%d in %s, Redis CPU %s/msg)", thousands(s.rate()), s.count, s.took.Round(time.Millisecond), micros1(s.redisPerMsg()))
+}
+
+func (l latencies) String() string {
+	return fmt.Sprintf("p50 %s p99 %s p99.9 %s (%d samples; last handled %s after the last XADD)",
+		micros(l.p50), micros(l.p99), micros(l.p999), l.samples, l.behind.Round(time.Millisecond))
+}
+
+// note warns when a side did not keep up.
+func (l latencies) note() string {
+	if l.behind > fellBehind {
+		return fmt.Sprintf("   did not keep up: %s behind at the end", l.behind.Round(time.Millisecond))
+	}
+	return ""
+}
+
+// print writes the final tables.
+func (r results) print(w io.Writer, o options) {
+	if len(r.rows) > 0 {
+		fmt.Fprintf(w, "%-17s %13s %15s %7s %18s   %s\n", "workload", "plain msg/s", "flowrun msg/s", "ratio", "flowrun peak RSS", "Redis CPU/msg: plain, flowrun")
+		for _, x := range r.rows {
+			fmt.Fprintf(w, "%-17s %13s %15s %7.2f %18s   %s, %s\n", x.name, thousands(x.plain.rate()), thousands(x.flowrun.rate()), x.ratio(), mib(x.rss),
+				micros1(x.plain.redisPerMsg()), micros1(x.flowrun.redisPerMsg()))
+		}
+	}
+	for _, l := range r.lat {
+		if len(r.rows) > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "%-17s %9s %9s %9s %18s   (XADD → handler, %s msg/s offered for %s)\n",
+			l.name, "p50", "p99", "p99.9", "flowrun peak RSS", thousands(l.offered), o.duration)
+		fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("%-17s %9s %9s %9s %18s%s", "plain", micros(l.plain.p50), micros(l.plain.p99), micros(l.plain.p999), "", l.plain.note()), " "))
+		fmt.Fprintf(w, "%-17s %9s %9s %9s %18s%s\n", "flowrun", micros(l.flowrun.p50), micros(l.flowrun.p99), micros(l.flowrun.p999), mib(l.rss), l.flowrun.note())
+		fmt.Fprintf(w, "%-17s %9.2f× %8.2f× %8.2f×\n", "flowrun / plain",
+			ratioOf(l.flowrun.p50, l.plain.p50), ratioOf(l.flowrun.p99, l.plain.p99), ratioOf(l.flowrun.p999, l.plain.p999))
+	}
+}
+
+func ratioOf(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// thousands prints a rate rounded to a whole number with thousands separators: 414,237.
+func thousands(f float64) string {
+	s := strconv.FormatInt(int64(f+0.5), 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// micros prints a duration in whole microseconds: "561 µs".
+func micros(d time.Duration) string { return fmt.Sprintf("%d µs", d.Microseconds()) }
+
+// micros1 prints a short duration in microseconds with one decimal: "1.2 µs".
+func micros1(d time.Duration) string {
+	return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
+}
+
+// mib prints KiB as MiB.
+func mib(kib int64) string { return fmt.Sprintf("%.1f MiB", float64(kib)/1024) }
+
+func numCPU() int { return runtime.NumCPU() }
