@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -66,7 +68,7 @@ func fileFunc(dir string) function.Function {
 				return cty.NilVal, function.NewArgErrorf(0, "must not be null")
 			}
 			rel := args[0].AsString()
-			b, err := os.ReadFile(resolvePath(dir, rel))
+			b, err := readRegularFile(resolvePath(dir, rel))
 			if err != nil {
 				// Only the reason: the absolute path would add noise to the message.
 				reason := err.Error()
@@ -90,4 +92,28 @@ func resolvePath(dir, p string) string {
 		return filepath.Clean(p)
 	}
 	return filepath.Join(dir, p)
+}
+
+// maxFileFuncSize bounds what file() reads: a config value, not a data set.
+const maxFileFuncSize = 4 << 20
+
+// readRegularFile reads a regular file of at most maxFileFuncSize bytes. A device, a FIFO or a
+// folder is refused, so file("/dev/zero") or file("/dev/stdin") cannot exhaust memory or hang.
+func readRegularFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, errors.New("not a regular file")
+	}
+	if fi.Size() > maxFileFuncSize {
+		return nil, fmt.Errorf("larger than %d MiB", maxFileFuncSize>>20)
+	}
+	return io.ReadAll(io.LimitReader(f, maxFileFuncSize+1))
 }

@@ -591,3 +591,13 @@ func TestMaxHeld(t *testing.T) {
 		}
 	}
 }
+
+// file() reads regular files only: a device would exhaust memory or hang validate.
+func TestFileFuncRefusesDevices(t *testing.T) {
+	for _, dev := range []string{"/dev/zero", "/dev/null", "/"} {
+		f, err := readRegularFile(dev)
+		if err == nil {
+			t.Errorf("readRegularFile(%s) = %d bytes, want an error", dev, len(f))
+		}
+	}
+}

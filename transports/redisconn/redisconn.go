@@ -17,8 +17,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// MinPoolSize is the smallest connection pool New configures. Each source holds one connection
-// in a blocking read while settlements, keep-alives and sinks need others at the same time.
+// MinPoolSize is the smallest connection pool New configures. Blocking reads (lists, streams
+// on a Cluster) hold a connection while settlements, keep-alives and sinks need others at the
+// same time.
 const MinPoolSize = 16
 
 // Options is one redis block (SPEC §2): exactly one of URL, Cluster or SentinelMaster.

@@ -223,7 +223,7 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 		if ctx.Err() != nil {
 			break
 		}
-		if redisconn.IsAuthError(err) {
+		if redisconn.IsConfigError(err) {
 			return redisconn.RedactError(fmt.Errorf("redislist: read %s: %w", s.opts.Key, err), s.secrets...)
 		}
 		s.ready.Store(false)

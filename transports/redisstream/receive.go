@@ -74,7 +74,7 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 		}
 		s.ready.Store(false)
 		err = redisconn.RedactError(err, s.secrets...)
-		if !everOK && redisconn.IsAuthError(err) {
+		if !everOK && redisconn.IsConfigError(err) {
 			return fmt.Errorf("redisstream: %s: %w", s.o.Stream, err)
 		}
 		state.Fail(err)

@@ -2,9 +2,10 @@
 // of SPEC §2, settled with XACK, XADD copies, dead letters and durable delays exactly as §4–§6
 // say. It speaks Redis through a go-redis UniversalClient it is handed and never closes.
 //
-// Connections: reads block on one pool connection (XREADGROUP BLOCK); settlements, keep-alives
-// and delay moves use others from the same pool, so the client's pool needs a few connections
-// per source (redisconn.New configures at least redisconn.MinPoolSize).
+// Connections: reads of new entries block on a one-connection client of the source's own
+// (XREADGROUP BLOCK; closed at a stop, so a stop never waits out a block; on a Cluster the
+// shared client is used); settlements, keep-alives, claims and delay moves use the shared
+// client's pool (redisconn.New configures at least redisconn.MinPoolSize).
 package redisstream
 
 import (
