@@ -23,8 +23,8 @@ import (
 //
 // Every pipeline reads the stream "jobs" with group "jobs" as consumer "w1", and its rules
 // record each delivery they decide into the stream "seen" (streamSeenEmit), so the test sees
-// what the handler saw: id, attempt, delivery_count, idle_ms and headers. The id of a "seen"
-// entry is Redis's clock when the handler ran, which times delays without sleeping.
+// what the handler saw: id, attempt, delivery_count, idle_ms and headers, and when it ran
+// (`now()` in the rule), which times delays against Redis's ids without sleeping.
 
 const (
 	streamMinIdle  = 300 * time.Millisecond
@@ -73,7 +73,7 @@ func streamPipeline(kind, source, extra, rules string) string {
 // streamSeenEmit records the delivery a rule decides into the stream "seen".
 const streamSeenEmit = `    emit "stream" {
       key     = "seen"
-      payload = "{'id': id, 'attempt': attempt, 'dc': delivery_count, 'idle': idle_ms, 'headers': headers, 'raw': raw}"
+      payload = "{'id': id, 'attempt': attempt, 'dc': delivery_count, 'idle': idle_ms, 'headers': headers, 'raw': raw, 'at': now().UnixMilli()}"
     }
 `
 
@@ -88,7 +88,8 @@ func streamRule(name, when, outcome string) string {
 
 // streamSeen is one delivery as a rule saw it.
 type streamSeen struct {
-	At      time.Time         `json:"-"` // when the rule ran, by Redis's clock
+	At      time.Time         `json:"-"` // when the rule ran (its own clock: the machine's)
+	AtMS    int64             `json:"at"`
 	ID      string            `json:"id"`
 	Attempt int               `json:"attempt"`
 	DC      int               `json:"dc"`
@@ -106,7 +107,9 @@ func (e *streamEnv) streamSeen() []streamSeen {
 		if err := json.Unmarshal([]byte(streamField(x, "payload")), &s); err != nil {
 			e.t.Fatalf("seen entry %s: %v", x.ID, err)
 		}
-		s.At = streamIDTime(e.t, x.ID)
+		// The rule's own clock, not the emit's id: emits are written by the settler a little
+		// after the rule decided, and a delay counts from the decision.
+		s.At = time.UnixMilli(s.AtMS)
 		out = append(out, s)
 	}
 	return out
