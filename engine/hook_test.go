@@ -12,10 +12,10 @@ type hookedSource struct {
 	ErrorHook
 }
 
-func (h *hookedSource) Receive(ctx context.Context, out chan<- *Delivery) error {
+func (h *hookedSource) Receive(ctx context.Context, feed Feed) error {
 	h.ReportError() // a malformed record, say
 	h.ReportError()
-	return h.fakeSource.Receive(ctx, out)
+	return h.fakeSource.Receive(ctx, feed)
 }
 
 type countingMetrics struct {

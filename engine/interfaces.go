@@ -60,6 +60,9 @@ type Capabilities struct {
 	DurableDelay bool
 	// DeliveryCount: the transport sets Delivery.Attempt from the server's delivery count.
 	DeliveryCount bool
+	// Batch is how many deliveries the source reads at once: the engine holds up to that many
+	// for its workers (1 when unset).
+	Batch int
 }
 
 // Action is what a transport is told to do with a delivery.
@@ -96,10 +99,12 @@ type Settlement struct {
 
 // Source reads deliveries and executes settlements with its native commands.
 type Source interface {
-	// Receive pushes deliveries into out until ctx ends (returns ctx's error or nil) or, for a
-	// finite source, the input is done (returns nil). It must not run ahead of the channel by
-	// more than one batch. Transient read failures are retried inside with backoff.
-	Receive(ctx context.Context, out chan<- *Delivery) error
+	// Receive reads until ctx ends (returns ctx's error or nil) or, for a finite source, the
+	// input is done (returns nil), handing deliveries to feed: it asks feed.Room before a read
+	// and reads no more than that, so it never runs ahead of the handlers by more than a batch,
+	// and pushes nothing once ctx has ended. Transient read failures are retried inside with
+	// backoff.
+	Receive(ctx context.Context, feed Feed) error
 	// Settle executes a batch of settlements, in order per delivery. It is called from one
 	// goroutine per pipeline; it must not use the connection that blocks on reads.
 	Settle(ctx context.Context, batch []Settlement) error
@@ -140,4 +145,12 @@ func (h *ErrorHook) ReportError() {
 // again, a processing list is swept, a file record stays before the checkpoint).
 type Releaser interface {
 	Release(s Settlement)
+}
+
+// Returner is implemented by a source that can take back deliveries it handed over: at a stop,
+// the engine returns those no handler has started instead of running them (a stream leaves
+// them pending, a list puts them back). It is called before Close. Without it the engine runs
+// them, since a source without acknowledgement would lose them otherwise.
+type Returner interface {
+	Return(ds []*Delivery)
 }

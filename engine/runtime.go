@@ -168,14 +168,14 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 		}
 	}()
 
-	deliveries := make(chan *Delivery)
+	q := NewQueue(caps.Batch)
 	// Decided deliveries queue for the settler while it is busy with a round trip, so the next
 	// settle takes them all in one batch: one XACK for many ids, not one per message.
 	decisions := make(chan Decision, maxSettleBatch)
 	received := make(chan error, 1)
 	go func() {
-		err := p.Source.Receive(stop, deliveries)
-		close(deliveries)
+		err := p.Source.Receive(stop, q)
+		q.Close()
 		received <- err
 	}()
 
@@ -187,6 +187,7 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 		close(settled)
 	}()
 
+	returner, _ := p.Source.(Returner)
 	var workers sync.WaitGroup
 	for i := 0; i < p.Concurrency; i++ {
 		workers.Add(1)
@@ -201,9 +202,15 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 					case <-stop.Done():
 					}
 				}
-				d, ok := <-deliveries
+				d, ok := q.Take()
 				if !ok {
 					return
+				}
+				if stop.Err() != nil && returner != nil {
+					// Handed over but not started when the stop came: the source takes it
+					// back (pending, or back in its list) rather than have it run now.
+					returner.Return([]*Delivery{d})
+					continue
 				}
 				dec := r.handle(grace, d)
 				if dec.Hold != nil {

@@ -23,6 +23,7 @@ type fakeSource struct {
 	receiveErr error
 	failSettle int  // fail this many Settle calls first
 	partial    bool // a failing Settle carries out all but the last settlement
+	batch      int  // hand deliveries over in batches of this many (default 1)
 
 	mu       sync.Mutex
 	events   []string
@@ -31,11 +32,11 @@ type fakeSource struct {
 	closed   bool
 }
 
-func (f *fakeSource) Receive(ctx context.Context, out chan<- *Delivery) error {
-	for _, d := range f.deliveries {
-		select {
-		case out <- d:
-		case <-ctx.Done():
+func (f *fakeSource) Receive(ctx context.Context, feed Feed) error {
+	batch := max(f.batch, 1)
+	for i := 0; i < len(f.deliveries); i += batch {
+		b := append([]*Delivery(nil), f.deliveries[i:min(i+batch, len(f.deliveries))]...) // the engine owns what it is pushed
+		if feed.Room(ctx) == 0 || !feed.Push(ctx, b) {
 			return ctx.Err()
 		}
 	}
@@ -80,7 +81,11 @@ func (f *fakeSource) Requeue(_ context.Context, msgs []*Message) error {
 	return nil
 }
 
-func (f *fakeSource) Capabilities() Capabilities { return f.caps }
+func (f *fakeSource) Capabilities() Capabilities {
+	c := f.caps
+	c.Batch = max(c.Batch, f.batch)
+	return c
+}
 func (f *fakeSource) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -321,7 +321,7 @@ func (b *batchSink) Publish(_ context.Context, msgs ...*Message) error {
 // any of them is settled; an emit that fails makes only its delivery a retry.
 func TestEmitsAreBatchedAndFailPerDelivery(t *testing.T) {
 	const n = 300
-	src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: deliveries(n)}
+	src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: deliveries(n), batch: 100}
 	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
 		key := "out"
 		if d.ID == "7" {

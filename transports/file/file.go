@@ -218,9 +218,9 @@ func (s *Source) Capabilities() engine.Capabilities {
 // Malformed returns how many malformed lines were skipped so far.
 func (s *Source) Malformed() int64 { return s.malformed.Load() }
 
-// Receive reads records and sends those of the wanted key to out. Without Follow it returns nil
+// Receive reads records and hands those of the wanted key to feed. Without Follow it returns nil
 // when a read meets the end of the file, so copies appended before then are read too.
-func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error {
+func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 	var timer *time.Timer
 	for {
 		if err := ctx.Err(); err != nil {
@@ -229,7 +229,7 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 		line, size, err := s.lr.Next()
 		if err == nil || errors.Is(err, codec.ErrLineTooLong) {
 			s.retried = false
-			if err := s.handle(ctx, out, line, size, err); err != nil {
+			if err := s.handle(ctx, feed, line, size, err); err != nil {
 				return err
 			}
 			continue
@@ -249,7 +249,7 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 				continue
 			}
 			line, size, err := s.lr.TakePending()
-			return s.handle(ctx, out, line, size, err)
+			return s.handle(ctx, feed, line, size, err)
 		}
 		s.flushIdle()
 		if timer == nil {
@@ -267,7 +267,7 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 }
 
 // handle deals with one line read from the file.
-func (s *Source) handle(ctx context.Context, out chan<- *engine.Delivery, line []byte, size int, lineErr error) error {
+func (s *Source) handle(ctx context.Context, feed engine.Feed, line []byte, size int, lineErr error) error {
 	s.line++
 	n, start := s.line, s.off
 	s.off += int64(size)
@@ -300,12 +300,10 @@ func (s *Source) handle(ctx context.Context, out chan<- *engine.Delivery, line [
 	s.pending = append(s.pending, entry{line: n, start: start, end: s.off})
 	s.frontier = position{s.off, n}
 	s.mu.Unlock()
-	select {
-	case out <- d:
-		return nil
-	case <-ctx.Done():
+	if !feed.Push(ctx, []*engine.Delivery{d}) {
 		return ctx.Err() // never handed over: it stays unsettled, so the checkpoint stops before it
 	}
+	return nil
 }
 
 func (s *Source) skipMalformed(n int64, err error) {

@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/internal/sourcetest"
 )
 
 func init() { pollInterval = 5 * time.Millisecond }
@@ -93,7 +94,7 @@ func open(t *testing.T, opts Options) (*Source, *logBuffer) {
 	return s, &logs
 }
 
-// receiver runs Receive in a goroutine on an unbuffered channel.
+// receiver runs Receive in a goroutine, taking one delivery at a time as the engine would.
 type receiver struct {
 	ch     chan *engine.Delivery
 	done   chan error
@@ -102,8 +103,8 @@ type receiver struct {
 
 func receive(s *Source) *receiver {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &receiver{ch: make(chan *engine.Delivery), done: make(chan error, 1), cancel: cancel}
-	go func() { r.done <- s.Receive(ctx, r.ch) }()
+	ch, done := sourcetest.Receive(ctx, s, 1)
+	r := &receiver{ch: ch, done: done, cancel: cancel}
 	return r
 }
 
@@ -396,26 +397,31 @@ func TestSettleAppends(t *testing.T) {
 // A copy appended while the replay has not reached the end of the file is read in this replay.
 func TestCopyAppendedBeforeEOFIsRead(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "in.jsonl")
-	writeFile(t, path, `{"key":"k","payload":1}`+"\n"+`{"key":"k","payload":2}`+"\n"+`{"key":"k","payload":3}`+"\n")
+	var lines strings.Builder
+	for i := 1; i <= 6; i++ {
+		fmt.Fprintf(&lines, `{"key":"k","payload":%d}`+"\n", i)
+	}
+	writeFile(t, path, lines.String())
 	s, _ := open(t, Options{Path: path})
 	r := receive(s)
 	d1 := r.next(t)
 	d1.Attempt = 1
-	// The reader is blocked handing over line 2 at most, far from the end of the file.
+	// The reader holds a line or two ahead at most (handed over, not yet taken), far from the
+	// end of the file.
 	if err := s.Settle(context.Background(), []engine.Settlement{{Delivery: d1, Action: engine.ActRequeue, Copy: d1.RetryCopy()}}); err != nil {
 		t.Fatal(err)
 	}
 	var got []*engine.Delivery
-	for range 3 {
+	for range 6 {
 		got = append(got, r.next(t))
 	}
 	if err := r.end(t); err != nil {
 		t.Fatalf("Receive = %v", err)
 	}
-	if g := ids(got); !equalStrings(g, []string{"2", "3", "4"}) {
-		t.Fatalf("ids = %v, want [2 3 4]", g)
+	if g := ids(got); !equalStrings(g, []string{"2", "3", "4", "5", "6", "7"}) {
+		t.Fatalf("ids = %v, want [2 3 4 5 6 7]", g)
 	}
-	if c := got[2]; string(c.Payload) != "1" || c.Headers[engine.HeaderRetryCount] != "1" {
+	if c := got[5]; string(c.Payload) != "1" || c.Headers[engine.HeaderRetryCount] != "1" {
 		t.Fatalf("copy = %q %v", c.Payload, c.Headers)
 	}
 }

@@ -63,10 +63,10 @@ type item struct {
 	err error
 }
 
-// Receive sends the records of the input to out and returns nil at its end. A read blocked on
+// Receive hands the records of the input to feed and returns nil at its end. A read blocked on
 // the input cannot be interrupted, so reading happens in a goroutine and Receive returns as
 // soon as ctx ends; that goroutine finishes at the next line or the end of the input.
-func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error {
+func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 	// Together with the record in the reader's hand, at most one batch runs ahead.
 	items := make(chan item, s.opts.Batch-1)
 	stop := make(chan struct{})
@@ -83,9 +83,7 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 			if it.err != nil {
 				return it.err
 			}
-			select {
-			case out <- it.d:
-			case <-ctx.Done():
+			if !feed.Push(ctx, []*engine.Delivery{it.d}) {
 				return ctx.Err()
 			}
 		}

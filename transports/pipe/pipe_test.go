@@ -18,6 +18,7 @@ import (
 
 	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/internal/sourcetest"
 )
 
 type syncBuffer struct {
@@ -40,9 +41,7 @@ func (b *syncBuffer) String() string {
 // run drains a source until Receive returns.
 func run(t *testing.T, s *Source) ([]*engine.Delivery, error) {
 	t.Helper()
-	ch := make(chan *engine.Delivery)
-	done := make(chan error, 1)
-	go func() { done <- s.Receive(context.Background(), ch) }()
+	ch, done := sourcetest.Receive(context.Background(), s, 1)
 	var got []*engine.Delivery
 	for {
 		select {
@@ -137,9 +136,7 @@ func TestCancelWhileReadBlocks(t *testing.T) {
 	defer pw.Close()
 	s := New(Options{}, pr, codec.NewLineWriter(io.Discard), zerolog.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
-	ch := make(chan *engine.Delivery)
-	done := make(chan error, 1)
-	go func() { done <- s.Receive(ctx, ch) }()
+	ch, done := sourcetest.Receive(ctx, s, 1)
 	if _, err := pw.Write([]byte(`{"key":"a","payload":1}` + "\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +164,9 @@ func TestCancelWhileSending(t *testing.T) {
 	s := New(Options{}, strings.NewReader(`{"key":"a","payload":1}`+"\n"), codec.NewLineWriter(io.Discard), zerolog.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Receive(ctx, make(chan *engine.Delivery)) }()
+	full := engine.NewQueue(1)
+	full.Push(ctx, []*engine.Delivery{{}}) // nobody takes from it: the engine does not take the delivery
+	go func() { done <- s.Receive(ctx, full) }()
 	cancel()
 	select {
 	case err := <-done:

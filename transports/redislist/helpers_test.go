@@ -12,13 +12,15 @@ import (
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/redistest"
+	"github.com/flowrun/flowrun/internal/sourcetest"
 )
 
 // waitTimeout bounds every poll in these tests.
 const waitTimeout = 10 * time.Second
 
-// receiver runs a source's Receive in the background with an unbuffered channel, as the engine does.
+// receiver runs a source's Receive in the background with a feed of one batch, as the engine does.
 type receiver struct {
+	src    *Source
 	ch     chan *engine.Delivery
 	cancel context.CancelFunc
 	done   chan error
@@ -27,8 +29,9 @@ type receiver struct {
 func receive(t *testing.T, src *Source) *receiver {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &receiver{ch: make(chan *engine.Delivery), cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- src.Receive(ctx, r.ch) }()
+	feed, ch := sourcetest.Flatten(context.WithoutCancel(ctx), src.opts.Batch)
+	r := &receiver{src: src, ch: ch, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- src.Receive(ctx, feed) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r
 }
@@ -43,6 +46,20 @@ func (r *receiver) stop(t *testing.T) error {
 			return nil
 		}
 		close(r.done)
+		// As the engine does at a stop: give back what was handed over and never taken, then
+		// close the source.
+		var untaken []*engine.Delivery
+	drain:
+		for {
+			select {
+			case d := <-r.ch:
+				untaken = append(untaken, d)
+			case <-time.After(100 * time.Millisecond):
+				break drain
+			}
+		}
+		r.src.Return(untaken)
+		r.src.Close()
 		if errors.Is(err, context.Canceled) {
 			return nil
 		}

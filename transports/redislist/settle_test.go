@@ -152,8 +152,8 @@ func TestSimpleSettlements(t *testing.T) {
 			c.Del(ctx, "dlq")
 			key := "simple:" + tt.name
 			src := newSource(t, c, Options{Key: key, Consumer: "w1"})
-			if src.Capabilities() != (engine.Capabilities{}) {
-				t.Fatalf("simple list capabilities %+v, want none", src.Capabilities())
+			if c := src.Capabilities(); c != (engine.Capabilities{Batch: src.opts.Batch}) {
+				t.Fatalf("simple list capabilities %+v, want none but its batch", c)
 			}
 			lpush(t, c, key, tt.elem)
 			r := receive(t, src)

@@ -94,9 +94,18 @@ type Source struct {
 	// held counts, by content, the elements handed to the engine and not yet removed from the
 	// processing list (reliable only); a sweep leaves those alone.
 	held map[string]int
+	// returned holds, in order, what a simple list handed over and the engine gave back
+	// unstarted at a stop; Close puts them back at the read end.
+	returned []string
+	// returnAtClose: Receive ended after the reliable list's recovery, so Close returns what
+	// its processing list holds that no handler has.
+	returnAtClose atomic.Bool
 }
 
-var _ engine.Source = (*Source)(nil)
+var (
+	_ engine.Source   = (*Source)(nil)
+	_ engine.Returner = (*Source)(nil)
+)
 
 // token is what Delivery.Token holds: the element exactly as read, plus what Settle has already
 // done for it, so a batch the engine retries after a partial failure writes no copy twice.
@@ -152,17 +161,50 @@ func (s *Source) Options() Options { return s.opts }
 
 // Capabilities: a reliable list acknowledges (LREM); a simple list has nothing to settle.
 func (s *Source) Capabilities() engine.Capabilities {
-	return engine.Capabilities{Ack: s.opts.Reliable}
+	return engine.Capabilities{Ack: s.opts.Reliable, Batch: s.opts.Batch}
 }
 
 // Ready reports whether the last command of the read loop succeeded.
 func (s *Source) Ready() bool { return s.ready.Load() }
 
-// Close releases nothing: the client belongs to the caller.
-func (s *Source) Close() error { return nil }
+// Close returns to the list what was read but never handled: a reliable list's unheld
+// processing elements, a simple list's elements given back at the stop. The client belongs to
+// the caller and stays open.
+func (s *Source) Close() error {
+	ctx := context.Background()
+	if s.returnAtClose.Swap(false) {
+		s.returnUnhanded(ctx)
+	}
+	s.mu.Lock()
+	back := s.returned
+	s.returned = nil
+	s.mu.Unlock()
+	if len(back) > 0 {
+		s.pushBack(ctx, back)
+	}
+	return nil
+}
 
-// Receive reads deliveries into out until ctx ends.
-func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error {
+// Return takes back deliveries handed over but never started (a stop): Close puts them back
+// at the read end of the list.
+func (s *Source) Return(ds []*engine.Delivery) {
+	for _, d := range ds {
+		t, err := tokenOf(d)
+		if err != nil {
+			continue
+		}
+		if s.opts.Reliable {
+			s.uncount(t) // Close's sweep finds it in the processing list
+			continue
+		}
+		s.mu.Lock()
+		s.returned = append(s.returned, t.elem)
+		s.mu.Unlock()
+	}
+}
+
+// Receive reads deliveries into feed until ctx ends, never more than feed has room for.
+func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 	defer s.ready.Store(false)
 	var (
 		bo        redisconn.Backoff
@@ -174,9 +216,9 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 	if s.opts.Reliable {
 		broken = s.conns.Broken()
 		defer func() {
-			if recovered {
-				s.returnUnhanded(ctx)
-			}
+			// The engine may still hold elements it was handed: it gives back those no
+			// handler started, then calls Close, which returns what nobody holds.
+			s.returnAtClose.Store(recovered)
 		}()
 	}
 	for ctx.Err() == nil {
@@ -203,7 +245,11 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 				sweep, lastSweep = false, time.Now()
 			}
 		default:
-			elems, err = s.read(ctx)
+			room := min(feed.Room(ctx), s.opts.Batch)
+			if room == 0 {
+				break
+			}
+			elems, err = s.read(ctx, room)
 		}
 		if err == nil {
 			s.ready.Store(true)
@@ -211,7 +257,7 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 			bo.Reset()
 		}
 		if len(elems) > 0 {
-			if !s.handOver(ctx, out, elems) {
+			if !s.handOver(ctx, feed, elems) {
 				break
 			}
 		} else if err == nil && s.opts.Reliable && recovered && time.Since(lastSweep) >= sweepEvery {
@@ -238,11 +284,11 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 	return ctx.Err()
 }
 
-// read moves up to one batch out of the list. It may return elements together with an error
+// read moves up to limit elements (at most one batch) out of the list. It may return elements together with an error
 // (a pipeline that broke half way): those elements were read and must be handed over.
-func (s *Source) read(ctx context.Context) ([]string, error) {
+func (s *Source) read(ctx context.Context, limit int) ([]string, error) {
 	if !s.opts.Reliable {
-		return s.readSimple(ctx)
+		return s.readSimple(ctx, limit)
 	}
 	var (
 		first string
@@ -260,7 +306,7 @@ func (s *Source) read(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("redislist: blmove %s: %w", s.opts.Key, err)
 	}
 	elems := []string{first}
-	n := min(s.more, s.opts.Batch-1)
+	n := min(s.more, limit-1)
 	if n <= 0 {
 		return elems, nil
 	}
@@ -292,7 +338,7 @@ func (s *Source) read(ctx context.Context) ([]string, error) {
 	return elems, nil
 }
 
-func (s *Source) readSimple(ctx context.Context) ([]string, error) {
+func (s *Source) readSimple(ctx context.Context, limit int) ([]string, error) {
 	var (
 		res []string
 		err error
@@ -309,8 +355,8 @@ func (s *Source) readSimple(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("redislist: brpop %s: %w", s.opts.Key, err)
 	}
 	elems := []string{res[1]}
-	if s.opts.Batch > 1 {
-		more, err := s.client.RPopCount(ctx, s.opts.Key, s.opts.Batch-1).Result()
+	if limit > 1 {
+		more, err := s.client.RPopCount(ctx, s.opts.Key, limit-1).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return elems, fmt.Errorf("redislist: rpop %s: %w", s.opts.Key, err)
 		}
@@ -319,38 +365,34 @@ func (s *Source) readSimple(ctx context.Context) ([]string, error) {
 	return elems, nil
 }
 
-// handOver gives elems to the engine one by one. On a stop it puts back what was not accepted
-// and reports false.
-func (s *Source) handOver(ctx context.Context, out chan<- *engine.Delivery, elems []string) bool {
+// handOver gives elems to the engine as one batch. On a stop it puts back what was not
+// accepted and reports false.
+func (s *Source) handOver(ctx context.Context, feed engine.Feed, elems []string) bool {
+	ds := make([]*engine.Delivery, len(elems))
+	toks := make([]*token, len(elems))
 	for i, e := range elems {
 		h, p := codec.DecodeEnvelope([]byte(e))
-		tok := &token{elem: e}
-		d := &engine.Delivery{
+		toks[i] = &token{elem: e}
+		ds[i] = &engine.Delivery{
 			Message: engine.Message{Key: s.opts.Key, Headers: h, Payload: p},
-			Token:   tok,
+			Token:   toks[i],
 		}
 		// Counted before the send: a fast handler may settle it before the send returns.
 		if s.opts.Reliable {
-			s.count(tok)
-		}
-		stopped := ctx.Err() != nil // checked first: select picks at random among ready cases
-		if !stopped {
-			select {
-			case out <- d:
-			case <-ctx.Done():
-				stopped = true
-			}
-		}
-		if stopped {
-			if s.opts.Reliable {
-				s.uncount(tok) // returnUnhanded finds it in the processing list
-			} else {
-				s.pushBack(ctx, elems[i:])
-			}
-			return false
+			s.count(toks[i])
 		}
 	}
-	return true
+	if feed.Push(ctx, ds) {
+		return true
+	}
+	if s.opts.Reliable {
+		for _, t := range toks {
+			s.uncount(t) // returnUnhanded finds them in the processing list
+		}
+	} else {
+		s.pushBack(ctx, elems)
+	}
+	return false
 }
 
 // pushBack returns elements a simple list popped but never handed over to the read end of the

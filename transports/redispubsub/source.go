@@ -128,9 +128,9 @@ func (s *Source) subscribe(ctx context.Context) *redis.PubSub {
 	return s.client.Subscribe(ctx, s.opts.Channels...)
 }
 
-// Receive reads messages into out until ctx ends. A message already read when ctx ends is
+// Receive reads messages into feed until ctx ends. A message already read when ctx ends is
 // dropped (at-most-once).
-func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error {
+func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 	defer s.ready.Store(false)
 	ps := s.subscribe(ctx)
 	defer func() { ps.Close() }()
@@ -187,7 +187,7 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 				bo.Reset()
 			}
 		case *redis.Message:
-			if !s.handOver(ctx, out, m) {
+			if !s.handOver(ctx, feed, m) {
 				s.log.Debug().Str(engine.FieldKey, m.Channel).Msg("message dropped at stop")
 				return ctx.Err()
 			}
@@ -196,21 +196,13 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 	return ctx.Err()
 }
 
-func (s *Source) handOver(ctx context.Context, out chan<- *engine.Delivery, m *redis.Message) bool {
+func (s *Source) handOver(ctx context.Context, feed engine.Feed, m *redis.Message) bool {
 	h, p := codec.DecodeEnvelope([]byte(m.Payload))
 	d := &engine.Delivery{
 		Message: engine.Message{Key: m.Channel, Headers: h, Payload: p},
 		Token:   &token{channel: m.Channel, pattern: m.Pattern},
 	}
-	if ctx.Err() != nil { // checked first: select picks at random among ready cases
-		return false
-	}
-	select {
-	case out <- d:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return feed.Push(ctx, []*engine.Delivery{d})
 }
 
 func isTimeout(err error) bool {

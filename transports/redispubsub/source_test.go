@@ -18,6 +18,7 @@ import (
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/redistest"
+	"github.com/flowrun/flowrun/internal/sourcetest"
 	"github.com/flowrun/flowrun/transports/redisconn"
 )
 
@@ -38,8 +39,9 @@ type receiver struct {
 func receive(t *testing.T, src *Source) *receiver {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &receiver{ch: make(chan *engine.Delivery), cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- src.Receive(ctx, r.ch) }()
+	feed, ch := sourcetest.Flatten(context.WithoutCancel(ctx), 1)
+	r := &receiver{ch: ch, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- src.Receive(ctx, feed) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r
 }
@@ -449,7 +451,7 @@ func TestAuthErrorEndsReceive(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	src := newSource(t, c, Options{Channels: []string{"a"}})
 	done := make(chan error, 1)
-	go func() { done <- src.Receive(context.Background(), make(chan *engine.Delivery)) }()
+	go func() { done <- src.Receive(context.Background(), engine.NewQueue(1)) }()
 	select {
 	case err := <-done:
 		if !redisconn.IsAuthError(err) || strings.Contains(err.Error(), "wrong-pw") {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/redistest"
+	"github.com/flowrun/flowrun/internal/sourcetest"
 )
 
 // benchEntries is the preloaded backlog each iteration drains.
@@ -79,10 +80,10 @@ func BenchmarkDrainEngineShape(b *testing.B) {
 					b.Fatal(err)
 				}
 				ctx, cancel := context.WithCancel(ctx)
-				out := make(chan *engine.Delivery)
+				batches, out := sourcetest.Flatten(ctx, 1000)
 				decisions := make(chan engine.Settlement, buf)
 				done := make(chan error, 1)
-				go func() { done <- src.Receive(ctx, out) }()
+				go func() { done <- src.Receive(ctx, batches) }()
 				for range 2 {
 					go func() {
 						for {
@@ -130,9 +131,9 @@ func BenchmarkDrainEngineShape(b *testing.B) {
 // function that stops the source (outside the timing: the last read blocks for up to block).
 func sourceDrain(b *testing.B, ctx context.Context, src *Source, batch int) func() {
 	ctx, cancel := context.WithCancel(ctx)
-	out := make(chan *engine.Delivery, batch)
+	batches, out := sourcetest.Flatten(ctx, 1000)
 	done := make(chan error, 1)
-	go func() { done <- src.Receive(ctx, out) }()
+	go func() { done <- src.Receive(ctx, batches) }()
 	sts := make([]engine.Settlement, 0, batch)
 	for settled := 0; settled < benchEntries; {
 		sts = append(sts[:0], engine.Settlement{Delivery: <-out, Action: engine.ActAck})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/redistest"
+	"github.com/flowrun/flowrun/internal/sourcetest"
 	"github.com/flowrun/flowrun/transports/redisconn"
 )
 
@@ -105,9 +106,9 @@ func (e *env) start(opts Options) *running {
 
 func (e *env) run(src *Source, rec *recorder) *running {
 	ctx, cancel := context.WithCancel(context.Background())
-	out := make(chan *engine.Delivery)
+	batches, out := sourcetest.Flatten(context.WithoutCancel(ctx), src.o.Batch)
 	done := make(chan error, 1)
-	go func() { done <- src.Receive(ctx, out) }()
+	go func() { done <- src.Receive(ctx, batches) }()
 	var once sync.Once
 	var rerr error
 	stop := func() error {

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,12 +25,12 @@ import (
 // not wait out the block (on a Cluster it still does, at most one block). Entries read but not
 // yet handed to the engine when ctx ends stay pending in Redis: a stream source re-reads them
 // at its next start, claiming and reclaim take them back after min_idle.
-func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error {
+func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 	if s.closed.Load() {
 		return errors.New("redisstream: receive on a closed source")
 	}
 	s.startKeepAlive()
-	r := &reader{s: s, out: out, feed: make(chan []*engine.Delivery, 4), space: make(chan struct{}, 1)}
+	r := &reader{s: s, feed: feed}
 	r.reset()
 	if rc := s.newReadClient(); rc != nil {
 		closeRC := sync.OnceFunc(func() { rc.Close() })
@@ -42,17 +41,7 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 		}()
 		r.rc = rc
 	}
-	pushed := make(chan struct{})
-	go func() {
-		r.pusher(ctx)
-		close(pushed)
-	}()
-	// The engine closes out once Receive returns: the pusher must be done with it first.
-	defer func() {
-		r.dropCarry()
-		close(r.feed)
-		<-pushed
-	}()
+	defer r.dropCarry()
 	var bo redisconn.Backoff
 	state := redisconn.NewStateLog(s.log, "redis stream read", s.secrets...)
 	everOK := false
@@ -64,7 +53,7 @@ func (s *Source) Receive(ctx context.Context, out chan<- *engine.Delivery) error
 			state.OK()
 			bo.Reset()
 		}
-		r.push(r.got)
+		r.push(ctx, r.got)
 		r.got = nil
 		if err == nil {
 			continue
@@ -109,7 +98,7 @@ func (s *Source) newReadClient() *redis.Client {
 // reader is Receive's state; only Receive's goroutine touches it.
 type reader struct {
 	s         *Source
-	out       chan<- *engine.Delivery
+	feed      engine.Feed
 	needGroup bool   // XGROUP CREATE before the next read
 	pending   bool   // stream kind: re-reading own pending entries
 	cursor    string // pending re-read: last id seen
@@ -120,12 +109,6 @@ type reader struct {
 	got   []*engine.Delivery // what the last step read, handed over by Receive
 	carry []redis.XMessage   // reclaim: claimed, tracked, delivery counts not learned yet
 
-	// Read entries go to the pusher, which hands them to the engine one by one while the next
-	// read is already on the wire. unpushed counts what was read and not yet handed over; a
-	// read asks for at most batch − unpushed, so memory never holds more than one batch.
-	feed     chan []*engine.Delivery
-	unpushed atomic.Int64
-	space    chan struct{} // a hand-over happened: room may have grown
 }
 
 // reset is the state at start and after any failure: the group may be gone (a restarted Redis
@@ -157,9 +140,11 @@ func (r *reader) step(ctx context.Context) error {
 			return err
 		}
 	}
-	room, err := r.room(ctx)
-	if err != nil {
-		return err
+	// Never more than one batch ahead of the handlers: read at most what the engine has room
+	// for (it waits until half a batch is free, so reads stay large under load).
+	room := min(r.feed.Room(ctx), s.o.Batch)
+	if room == 0 {
+		return ctx.Err()
 	}
 	if r.pending {
 		ds, err := r.readPending(ctx, room)
@@ -169,12 +154,15 @@ func (r *reader) step(ctx context.Context) error {
 		r.got = ds
 		return nil
 	}
-	var claimed []*engine.Delivery
+	var (
+		claimed []*engine.Delivery
+		err     error
+	)
 	switch s.o.Kind {
 	case KindClaiming:
-		claimed, err = s.claimIdle(ctx)
+		claimed, err = s.claimIdle(ctx, room)
 	case KindReclaim:
-		claimed, err = r.autoClaim(ctx)
+		claimed, err = r.autoClaim(ctx, room)
 	}
 	if err != nil {
 		// What was claimed before the failure is this consumer's now, its delivery count
@@ -182,7 +170,7 @@ func (r *reader) step(ctx context.Context) error {
 		r.got = claimed
 		return err
 	}
-	// Never more than one batch ahead of the channel: claimed entries use up the batch.
+	// Claimed entries use up the room.
 	var fresh []*engine.Delivery
 	if room -= len(claimed); room > 0 {
 		block := s.blockFor()
@@ -203,75 +191,18 @@ func (r *reader) readClient() redis.Cmdable {
 	return r.s.c
 }
 
-// room waits until a read may be sent and returns how many entries it may ask for. The stream
-// kind reads ahead once half a batch is handed over; claiming and reclaim wait for the whole
-// batch, since their claim passes take a batch of their own.
-func (r *reader) room(ctx context.Context) (int, error) {
-	batch := int64(r.s.o.Batch)
-	limit := batch / 2
-	if r.s.o.Kind != KindStream {
-		limit = 0
-	}
-	for {
-		n := r.unpushed.Load()
-		if n <= limit {
-			return int(batch - n), nil
-		}
-		select {
-		case <-r.space:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-	}
-}
-
-// push queues ds for the pusher.
-func (r *reader) push(ds []*engine.Delivery) {
-	if len(ds) == 0 {
+// push hands ds to the engine. Once ctx has ended nothing more is handed over, and the rest
+// are untracked: they stay pending in Redis for the next start (stream) or for min_idle
+// (claiming, reclaim).
+func (r *reader) push(ctx context.Context, ds []*engine.Delivery) {
+	if len(ds) == 0 || r.feed.Push(ctx, ds) {
 		return
 	}
-	r.unpushed.Add(int64(len(ds)))
-	r.feed <- ds
-}
-
-// pusher hands queued entries to the engine in order until feed is closed. Once ctx has ended
-// nothing more is handed over, and the rest are untracked: they stay pending in Redis for the
-// next start (stream) or for min_idle (claiming, reclaim).
-func (r *reader) pusher(ctx context.Context) {
-	for ds := range r.feed {
-		n := r.handOver(ctx, ds)
-		if n == len(ds) {
-			continue
-		}
-		ids := make([]string, 0, len(ds)-n)
-		for _, d := range ds[n:] {
-			ids = append(ids, d.ID)
-		}
-		r.s.track.remove(ids)
-		r.unpushed.Add(-int64(len(ds) - n))
-	}
-}
-
-// handOver sends ds to the engine one by one and returns how many it sent before ctx ended.
-// ctx is checked before every send: select picks at random among ready cases, so an engine
-// still receiving after a stop would otherwise be handed about half of what is left.
-func (r *reader) handOver(ctx context.Context, ds []*engine.Delivery) int {
+	ids := make([]string, len(ds))
 	for i, d := range ds {
-		if ctx.Err() != nil {
-			return i
-		}
-		select {
-		case r.out <- d:
-		case <-ctx.Done():
-			return i
-		}
-		r.unpushed.Add(-1)
-		select {
-		case r.space <- struct{}{}:
-		default:
-		}
+		ids[i] = d.ID
 	}
-	return len(ds)
+	r.s.track.remove(ids)
 }
 
 func (s *Source) ensureGroup(ctx context.Context) error {
@@ -371,10 +302,10 @@ func (s *Source) xreadgroup(ctx context.Context, c redis.Cmdable, id string, cou
 
 // claimIdle is the claiming kind's pass over idle entries of any consumer (SPEC §2): XPENDING
 // IDLE min_idle, then XCLAIM with min_idle, so when two workers race only one wins each id.
-func (s *Source) claimIdle(ctx context.Context) ([]*engine.Delivery, error) {
+func (s *Source) claimIdle(ctx context.Context, count int) ([]*engine.Delivery, error) {
 	pend, err := s.c.XPendingExt(ctx, &redis.XPendingExtArgs{
 		Stream: s.o.Stream, Group: s.o.Group, Idle: s.o.MinIdle,
-		Start: "-", End: "+", Count: int64(s.o.Batch),
+		Start: "-", End: "+", Count: int64(count),
 	}).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redisstream: xpending %s: %w", s.o.Stream, err)
@@ -432,14 +363,14 @@ func (s *Source) claimIdle(ctx context.Context) ([]*engine.Delivery, error) {
 // those entries (they would come back after min_idle as one more attempt): they are tracked at
 // once, which keeps them alive and out of other claims, and carried to the next step, which
 // learns their counts before it claims anything else.
-func (r *reader) autoClaim(ctx context.Context) ([]*engine.Delivery, error) {
+func (r *reader) autoClaim(ctx context.Context, count int) ([]*engine.Delivery, error) {
 	s := r.s
 	if len(r.carry) > 0 {
 		return r.countCarried(ctx)
 	}
 	msgs, next, deleted, err := s.c.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
 		Stream: s.o.Stream, Group: s.o.Group, Consumer: s.o.Consumer,
-		MinIdle: s.o.MinIdle, Start: r.autoclaim, Count: int64(s.o.Batch),
+		MinIdle: s.o.MinIdle, Start: r.autoclaim, Count: int64(count),
 	}).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redisstream: xautoclaim %s: %w", s.o.Stream, err)

@@ -362,4 +362,17 @@ func (c *copiedSet) remove(ids []string) {
 	}
 }
 
-var _ engine.Releaser = (*Source)(nil)
+// Return takes back deliveries handed over but never started (a stop): they stay pending, for
+// the next start (stream) or for min_idle (claiming, reclaim).
+func (s *Source) Return(ds []*engine.Delivery) {
+	ids := make([]string, len(ds))
+	for i, d := range ds {
+		ids[i] = tokenID(d)
+	}
+	s.track.remove(ids)
+}
+
+var (
+	_ engine.Releaser = (*Source)(nil)
+	_ engine.Returner = (*Source)(nil)
+)

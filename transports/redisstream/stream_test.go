@@ -41,7 +41,7 @@ func TestMessageMapping(t *testing.T) {
 				i, d.Key, d.ID, d.Token, d.Payload, d.Headers, d.Attempt)
 		}
 	}
-	if got := r.src.Capabilities(); got != (engine.Capabilities{Ack: true}) {
+	if got := r.src.Capabilities(); got != (engine.Capabilities{Ack: true, Batch: r.src.o.Batch}) {
 		t.Fatalf("capabilities = %+v", got)
 	}
 }

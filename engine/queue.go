@@ -1,0 +1,135 @@
+package engine
+
+import (
+	"context"
+	"sync"
+)
+
+// Feed is how a source hands deliveries to the engine (Source.Receive).
+type Feed interface {
+	// Room waits until the engine can take more deliveries and returns how many: at least half
+	// of what it holds at most, or everything it could hold when it is empty. It returns 0 once
+	// ctx has ended. A source that reads no more than Room before its next Push is never more
+	// than one batch ahead of the handlers (SPEC §11).
+	Room(ctx context.Context) int
+	// Push hands ds over, in order; the engine owns them from then on. It waits while the
+	// engine is full (a source that asked Room never waits), and returns false, handing
+	// nothing over, once ctx has ended.
+	Push(ctx context.Context, ds []*Delivery) bool
+}
+
+// Queue is the engine's Feed: it holds up to limit deliveries that no worker has taken yet, and
+// a worker takes the next one under a lock, with no channel operation per message. A source
+// pushes straight into it, so a delivery goes from the source's read to a worker in one hop.
+type Queue struct {
+	limit int
+
+	mu      sync.Mutex
+	ready   sync.Cond // workers wait here for a delivery
+	room    sync.Cond // sources wait here for room
+	items   []*Delivery
+	head    int
+	waiting int // workers waiting on ready
+	closed  bool
+}
+
+// NewQueue returns a Queue holding up to limit deliveries (at least 1).
+func NewQueue(limit int) *Queue {
+	q := &Queue{limit: max(limit, 1)}
+	q.ready.L, q.room.L = &q.mu, &q.mu
+	return q
+}
+
+func (q *Queue) len() int { return len(q.items) - q.head }
+
+// Room implements Feed.
+func (q *Queue) Room(ctx context.Context) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() {
+		q.mu.Lock()
+		q.room.Broadcast()
+		q.mu.Unlock()
+	})
+	defer stop()
+	for {
+		if ctx.Err() != nil {
+			return 0
+		}
+		if free := q.limit - q.len(); free == q.limit || free >= (q.limit+1)/2 {
+			return free
+		}
+		q.room.Wait()
+	}
+}
+
+// Push implements Feed.
+func (q *Queue) Push(ctx context.Context, ds []*Delivery) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.len() >= q.limit {
+		stop := context.AfterFunc(ctx, func() {
+			q.mu.Lock()
+			q.room.Broadcast()
+			q.mu.Unlock()
+		})
+		defer stop()
+		for q.len() >= q.limit {
+			if ctx.Err() != nil {
+				return false
+			}
+			q.room.Wait()
+		}
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	if q.head > 0 && q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	}
+	q.items = append(q.items, ds...)
+	for i := 0; i < min(len(ds), q.waiting); i++ {
+		q.ready.Signal()
+	}
+	return true
+}
+
+// Take returns the next delivery, waiting for one; false once the queue is closed and empty.
+func (q *Queue) Take() (*Delivery, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for q.len() == 0 {
+		if q.closed {
+			return nil, false
+		}
+		q.waiting++
+		q.ready.Wait()
+		q.waiting--
+	}
+	d := q.items[q.head]
+	q.items[q.head] = nil
+	q.head++
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	}
+	// Wake a waiting source only where its wait can end: Push waits for one free place, Room
+	// for half the queue (or all of it, for a queue of one or two).
+	if free := q.limit - q.len(); free == 1 || free == (q.limit+1)/2 || free == q.limit {
+		q.room.Broadcast()
+	}
+	return d, true
+}
+
+// Close ends the feed: workers take what is left, then stop.
+func (q *Queue) Close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	q.ready.Broadcast()
+	q.room.Broadcast()
+}
+
+var _ Feed = (*Queue)(nil)

@@ -1,0 +1,90 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Batches are shared out across the workers: every delivery is handled once, at most
+// concurrency at a time, several at once when a batch holds several.
+func TestBatchesSpreadOverWorkers(t *testing.T) {
+	src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: deliveries(500), batch: 64}
+	var inflight, peak atomic.Int32
+	p := pipeline(src, func(context.Context, *Delivery) Result {
+		n := inflight.Add(1)
+		for {
+			old := peak.Load()
+			if n <= old || peak.CompareAndSwap(old, n) {
+				break
+			}
+		}
+		time.Sleep(100 * time.Microsecond)
+		inflight.Add(-1)
+		return Result{Outcome: Ack()}
+	})
+	p.Concurrency = 4
+	if err := run(t, context.Background(), Options{}, p); err != nil {
+		t.Fatal(err)
+	}
+	settled, _, _ := src.snapshot()
+	seen := map[string]int{}
+	for _, s := range settled {
+		seen[s.Delivery.ID]++
+	}
+	if len(settled) != 500 || len(seen) != 500 {
+		t.Fatalf("settled %d (%d distinct), want 500", len(settled), len(seen))
+	}
+	if peak.Load() > 4 || peak.Load() < 2 {
+		t.Fatalf("%d handlers at once, want 2..4 with concurrency 4", peak.Load())
+	}
+}
+
+// releasingSource records what the engine hands back unstarted at a stop.
+type releasingSource struct {
+	fakeSource
+	mu       sync.Mutex
+	released []string
+}
+
+func (r *releasingSource) Return(ds []*Delivery) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, d := range ds {
+		r.released = append(r.released, d.ID)
+	}
+}
+
+// At a stop, what was handed over but not started is returned to a source that can take it
+// back, not handled: every delivery is either settled or returned, none both, none lost.
+func TestStopReleasesUnstarted(t *testing.T) {
+	src := &releasingSource{fakeSource: fakeSource{caps: Capabilities{Ack: true}, deliveries: deliveries(100), batch: 100, infinite: true}}
+	started := make(chan struct{}, 100)
+	release := make(chan struct{})
+	p := pipeline(src, func(context.Context, *Delivery) Result {
+		started <- struct{}{}
+		<-release
+		return Result{Outcome: Ack()}
+	})
+	p.Concurrency = 2
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- New(Options{}, p).Run(ctx) }()
+	<-started
+	<-started
+	cancel()
+	time.Sleep(20 * time.Millisecond) // the stop reaches the workers before they take more
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	settled, _, _ := src.snapshot()
+	if len(settled)+len(src.released) != 100 {
+		t.Fatalf("settled %d + released %d, want 100", len(settled), len(src.released))
+	}
+	if len(settled) > 4 {
+		t.Errorf("settled %d after the stop, want only the handlers already running", len(settled))
+	}
+}
