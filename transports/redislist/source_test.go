@@ -72,7 +72,8 @@ func TestStopReturnsUnhandled(t *testing.T) {
 			if string(d1.Payload) != "e1" || string(d2.Payload) != "e2" {
 				t.Fatalf("read %q, %q", d1.Payload, d2.Payload)
 			}
-			waitFor(t, "the batch to be read", func() bool { return llen(t, c, "q") == 1 })
+			// The batch is read (and, once room frees, maybe the last element too).
+			waitFor(t, "the batch to be read", func() bool { return llen(t, c, "q") <= 1 })
 			if err := r.stop(t); err != nil {
 				t.Fatal(err)
 			}
