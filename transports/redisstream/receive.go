@@ -109,6 +109,9 @@ type reader struct {
 	got   []*engine.Delivery // what the last step read, handed over by Receive
 	carry []redis.XMessage   // reclaim: claimed, tracked, delivery counts not learned yet
 
+	// nextClaim: a claim pass that found nothing idle is not repeated before then, so a fresh
+	// backlog costs one round trip per read, as for the stream kind.
+	nextClaim time.Time
 }
 
 // reset is the state at start and after any failure: the group may be gone (a restarted Redis
@@ -158,11 +161,18 @@ func (r *reader) step(ctx context.Context) error {
 		claimed []*engine.Delivery
 		err     error
 	)
-	switch s.o.Kind {
-	case KindClaiming:
-		claimed, err = s.claimIdle(ctx, room)
-	case KindReclaim:
-		claimed, err = r.autoClaim(ctx, room)
+	if s.o.Kind != KindStream && (len(r.carry) > 0 || !time.Now().Before(r.nextClaim)) {
+		switch s.o.Kind {
+		case KindClaiming:
+			claimed, err = s.claimIdle(ctx, room)
+		case KindReclaim:
+			claimed, err = r.autoClaim(ctx, room)
+		}
+		if err == nil && len(claimed) == 0 && len(r.carry) == 0 && r.autoclaim == "0-0" {
+			// Nothing was idle: an entry read since needs min_idle to become so, and one that
+			// was nearly there waits at most claimPause longer.
+			r.nextClaim = time.Now().Add(claimPause(s.o.MinIdle))
+		}
 	}
 	if err != nil {
 		// What was claimed before the failure is this consumer's now, its delivery count
@@ -181,6 +191,12 @@ func (r *reader) step(ctx context.Context) error {
 	}
 	r.got = append(claimed, fresh...)
 	return err
+}
+
+// claimPause is how long a claim pass that found nothing idle is not repeated: a tenth of
+// min_idle, at most a second, so a taken-back entry comes back at most that much later.
+func claimPause(minIdle time.Duration) time.Duration {
+	return min(minIdle/10, time.Second)
 }
 
 // readClient is the client reads of new entries use.
