@@ -25,6 +25,7 @@ type runFlags struct {
 	logLevel  string
 	httpAddr  string
 	consumer  string
+	progress  time.Duration
 }
 
 func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
@@ -35,6 +36,7 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.httpAddr, "http-addr", "", "serve /metrics, /healthz and /readyz on HOST:PORT")
 	fs.StringVar(&f.consumer, "consumer", "", "consumer name for every source (overrides the files)")
+	fs.DurationVar(&f.progress, "progress-interval", 30*time.Second, "log a progress line per busy pipeline this often (0: never)")
 	paths, err := parseArgs(fs, args)
 	if err != nil {
 		return flagExit(err)
@@ -65,7 +67,11 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	}
 
 	metrics := newMetrics()
-	eng := engine.New(engine.Options{Sinks: w.sink, Metrics: metrics}, pipelines...)
+	if f.progress < 0 {
+		fmt.Fprintf(stdio.Err, "flowrun run: --progress-interval must not be negative\n")
+		return ExitConfig
+	}
+	eng := engine.New(engine.Options{Sinks: w.sink, Metrics: metrics, Progress: f.progress}, pipelines...)
 	if f.httpAddr != "" {
 		srv, err := serveHTTP(f.httpAddr, metrics, eng, logger)
 		if err != nil {

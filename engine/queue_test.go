@@ -2,10 +2,13 @@ package engine
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // Batches are shared out across the workers: every delivery is handled once, at most
@@ -86,5 +89,32 @@ func TestStopReleasesUnstarted(t *testing.T) {
 	}
 	if len(settled) > 4 {
 		t.Errorf("settled %d after the stop, want only the handlers already running", len(settled))
+	}
+}
+
+// A finite source ends with a summary line; progress lines come while it works.
+func TestProgressAndSummary(t *testing.T) {
+	ds := deliveries(30)
+	src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: ds}
+	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
+		time.Sleep(time.Millisecond)
+		if d.ID == "3" {
+			return Result{Outcome: Retry()}
+		}
+		return Result{Outcome: Ack()}
+	})
+	p.DeadLetter, p.MaxAttempts, p.Concurrency = "dlq", 1, 1 // 30 ms at least: several ticks
+	var logs syncBuf
+	p.Logger = zerolog.New(&logs)
+	if err := run(t, context.Background(), Options{Progress: 5 * time.Millisecond}, p); err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	if !strings.Contains(out, `"message":"progress"`) {
+		t.Errorf("no progress line:\n%s", out)
+	}
+	want := `"read":30,"handled":30,"outcomes":{"ack":29,"dead_letter":1},"copies":0,"dead_letters":1`
+	if !strings.Contains(out, want) || !strings.Contains(out, `"message":"input done"`) {
+		t.Errorf("summary lacks %s:\n%s", want, out)
 	}
 }

@@ -29,6 +29,9 @@ type Pipeline struct {
 type Options struct {
 	Sinks   SinkResolver // where emits go; nil: emitting is an error
 	Metrics Metrics      // nil: not counted
+	// Progress is how often a pipeline that handles anything logs a progress line at info
+	// (SPEC §10); 0: never. A finite source ends with a summary line either way.
+	Progress time.Duration
 }
 
 // Engine runs pipelines.
@@ -135,6 +138,7 @@ type runner struct {
 	policy  Policy
 	log     zerolog.Logger
 	metrics PipelineMetrics
+	tally   tally
 }
 
 func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
@@ -146,6 +150,11 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 		log:     p.Logger,
 		metrics: e.opts.Metrics.Pipeline(p.Name),
 	}
+
+	r.tally.start = time.Now()
+	progressCtx, endProgress := context.WithCancel(context.Background())
+	defer endProgress()
+	go r.progress(progressCtx, e.opts.Progress)
 
 	if h, ok := p.Source.(interface{ SetErrorHook(func()) }); ok {
 		h.SetErrorHook(r.metrics.SourceError)
@@ -212,6 +221,7 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 					returner.Return([]*Delivery{d})
 					continue
 				}
+				r.tally.read.Add(1)
 				dec := r.handle(grace, d)
 				if dec.Hold != nil {
 					gate.add(1)
@@ -230,6 +240,9 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("pipeline %s: %w", p.Name, err)
+	}
+	if err == nil && stop.Err() == nil {
+		r.summary() // the input is done
 	}
 	r.log.Info().Msg("pipeline stopped")
 	return nil
@@ -274,6 +287,7 @@ func (r *runner) handle(ctx context.Context, d *Delivery) Decision {
 
 func (r *runner) logDecision(d *Delivery, dec Decision, err error) {
 	r.metrics.Outcome(dec.Label)
+	r.tally.outcome(dec.Label)
 	var ev *zerolog.Event
 	switch {
 	case err != nil:

@@ -192,7 +192,7 @@ func (s *settler) requeueDue(now time.Time) {
 	if len(msgs) == 0 {
 		return
 	}
-	popped := len(msgs)
+	popped, written := len(msgs), 0
 	wait := settleBackoffBase
 	for len(msgs) > 0 {
 		ctx := s.grace
@@ -203,6 +203,7 @@ func (s *settler) requeueDue(now time.Time) {
 		}
 		faults := faultsOf(s.r.p.Source.Requeue(ctx, msgs), len(msgs))
 		cancel()
+		written += len(msgs) - len(faults)
 		var again []*Message
 		var againDue []time.Time
 		for _, f := range faults {
@@ -235,6 +236,7 @@ func (s *settler) requeueDue(now time.Time) {
 		break
 	}
 	s.gate.add(-popped)
+	s.r.tally.copies.Add(int64(written))
 	s.r.metrics.DelayedHeld(len(s.held))
 }
 
@@ -318,6 +320,12 @@ func (s *settler) settled(decs []Decision) {
 	}
 	pushed := false
 	for _, d := range decs {
+		switch d.Settlement.Action {
+		case ActRequeue, ActDelay:
+			s.r.tally.copies.Add(1)
+		case ActDeadLetter:
+			s.r.tally.dead.Add(1)
+		}
 		if d.Hold != nil {
 			// The original is settled before its copy is held (SPEC §5 runtime delay).
 			heap.Push(&s.held, held{msg: d.Hold, due: d.HoldDue})

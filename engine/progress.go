@@ -1,0 +1,98 @@
+package engine
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// tally counts what a pipeline did, for its progress lines and end-of-input summary (SPEC §10
+// "Progress"); metrics count the same for Prometheus.
+type tally struct {
+	start    time.Time
+	read     atomic.Int64 // deliveries taken by a worker
+	outcomes [7]atomic.Int64
+	copies   atomic.Int64 // retry, durable and runtime delayed copies written
+	dead     atomic.Int64 // dead letters written
+}
+
+// outcomeIndex maps an outcome label to its slot in tally.outcomes, in OutcomeLabels' order.
+func outcomeIndex(label string) int {
+	for i, l := range OutcomeLabels {
+		if l == label {
+			return i
+		}
+	}
+	return -1
+}
+
+func (t *tally) outcome(label string) {
+	if i := outcomeIndex(label); i >= 0 && i < len(t.outcomes) {
+		t.outcomes[i].Add(1)
+	}
+}
+
+func (t *tally) handled() int64 {
+	var n int64
+	for i := range t.outcomes {
+		n += t.outcomes[i].Load()
+	}
+	return n
+}
+
+// fields adds the totals per outcome (those not zero) to ev.
+func (t *tally) fields(ev *zerolog.Event) *zerolog.Event {
+	d := zerolog.Dict()
+	for i, l := range OutcomeLabels {
+		if i < len(t.outcomes) {
+			if n := t.outcomes[i].Load(); n > 0 {
+				d = d.Int64(l, n)
+			}
+		}
+	}
+	return ev.Dict("outcomes", d)
+}
+
+// progress logs one line every interval while the pipeline handles anything: the totals per
+// outcome since start and the rate over the interval. An idle interval logs nothing.
+func (r *runner) progress(ctx context.Context, every time.Duration) {
+	if every <= 0 {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var last int64
+	lastAt := r.tally.start
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			n := r.tally.handled()
+			if n == last {
+				lastAt = now
+				continue
+			}
+			rate := float64(n-last) / now.Sub(lastAt).Seconds()
+			r.tally.fields(r.log.Info()).Int64("handled", n).Float64("rate", round1(rate)).Msg("progress")
+			last, lastAt = n, now
+		}
+	}
+}
+
+// summary is the line a finite source (a file replay, a pipe) ends with.
+func (r *runner) summary() {
+	ev := r.log.Info().Int64("read", r.tally.read.Load()).Int64("handled", r.tally.handled())
+	ev = r.tally.fields(ev)
+	if m, ok := r.p.Source.(interface{ Malformed() int64 }); ok {
+		ev = ev.Int64("malformed", m.Malformed())
+	}
+	elapsed := time.Since(r.tally.start)
+	ev.Int64("copies", r.tally.copies.Load()).Int64("dead_letters", r.tally.dead.Load()).
+		Dur("elapsed", elapsed).Float64("rate", round1(float64(r.tally.handled())/elapsed.Seconds())).
+		Msg("input done")
+}
+
+func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
