@@ -384,10 +384,21 @@ func (r *reader) autoClaim(ctx context.Context, count int) ([]*engine.Delivery, 
 	if len(r.carry) > 0 {
 		return r.countCarried(ctx)
 	}
-	msgs, next, deleted, err := s.c.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
+	// The XPENDING that learns the counts goes in the same round trip, right behind the
+	// XAUTOCLAIM: this consumer's pending entries from the cursor on, which include what it
+	// just claimed unless its own in-flight entries crowd them out of the page (then
+	// countCarried asks again for the rest).
+	pipe := s.c.Pipeline()
+	ac := pipe.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
 		Stream: s.o.Stream, Group: s.o.Group, Consumer: s.o.Consumer,
 		MinIdle: s.o.MinIdle, Start: r.autoclaim, Count: int64(count),
-	}).Result()
+	})
+	pc := pipe.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: s.o.Stream, Group: s.o.Group, Start: r.autoclaim, End: "+",
+		Count: int64(count + s.track.len() + 16), Consumer: s.o.Consumer,
+	})
+	_, _ = pipe.Exec(ctx)
+	msgs, next, deleted, err := ac.Result()
 	if err != nil {
 		return nil, fmt.Errorf("redisstream: xautoclaim %s: %w", s.o.Stream, err)
 	}
@@ -406,7 +417,14 @@ func (r *reader) autoClaim(ctx context.Context, count int) ([]*engine.Delivery, 
 		}
 	}
 	s.track.add(claimed)
-	ds, err := r.countCarried(ctx)
+	var known map[string]int64
+	if pend, perr := pc.Result(); perr == nil && len(r.carry) > 0 {
+		known = make(map[string]int64, len(pend))
+		for _, p := range pend {
+			known[p.ID] = p.RetryCount
+		}
+	}
+	ds, err := r.countCarriedKnown(ctx, known)
 	if err != nil {
 		return nil, err
 	}
@@ -416,13 +434,33 @@ func (r *reader) autoClaim(ctx context.Context, count int) ([]*engine.Delivery, 
 // countCarried learns the delivery counts of the carried entries and returns them as
 // deliveries; on an error they stay carried (and tracked) for the next step.
 func (r *reader) countCarried(ctx context.Context) ([]*engine.Delivery, error) {
+	return r.countCarriedKnown(ctx, nil)
+}
+
+// countCarriedKnown is countCarried with the counts already known from a page of XPENDING:
+// only entries missing from known are asked for.
+func (r *reader) countCarriedKnown(ctx context.Context, known map[string]int64) ([]*engine.Delivery, error) {
 	s := r.s
 	if len(r.carry) == 0 {
 		return nil, nil
 	}
-	counts, err := s.pendingCounts(ctx, r.carry)
-	if err != nil {
-		return nil, err
+	counts := make(map[string]int64, len(r.carry))
+	var missing []redis.XMessage
+	for _, m := range r.carry {
+		if n, ok := known[m.ID]; ok {
+			counts[m.ID] = n
+		} else {
+			missing = append(missing, m)
+		}
+	}
+	if len(missing) > 0 {
+		more, err := s.pendingCounts(ctx, missing)
+		if err != nil {
+			return nil, err
+		}
+		for id, n := range more {
+			counts[id] = n
+		}
 	}
 	idle := s.o.MinIdle.Milliseconds() // a lower bound: XAUTOCLAIM reset the idle time
 	ds := s.deliveries(r.carry)
