@@ -2,9 +2,11 @@ package cli
 
 import (
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/flowrun/flowrun/engine"
@@ -51,7 +53,14 @@ func newMetrics() *promMetrics {
 		Name: "flowrun_settle_failures_total",
 		Help: "Deliveries whose settlement failed, by reason (noperm, wrongtype, connection, ...); permanent ones are left unsettled.",
 	}, []string{"pipeline", "reason"})
-	m.reg.MustRegister(m.messages, m.seconds, m.deadLetters, m.inflight, m.delayed, m.srcErrors, m.settleFails)
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "flowrun_build_info", Help: "Always 1; the labels say which flowrun this is.",
+	}, []string{"version", "goversion"})
+	build.WithLabelValues(Version, runtime.Version()).Set(1)
+	m.reg.MustRegister(m.messages, m.seconds, m.deadLetters, m.inflight, m.delayed, m.srcErrors, m.settleFails,
+		build,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

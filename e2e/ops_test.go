@@ -82,7 +82,8 @@ pipeline "ops" {
 		return strings.Contains(body, want)
 	})
 	_, body := httpGet("http://" + addr + "/metrics")
-	for _, name := range []string{"flowrun_handler_seconds_bucket", "flowrun_inflight", "flowrun_delayed_held", "flowrun_dead_letters_total", "flowrun_source_errors_total"} {
+	for _, name := range []string{"flowrun_handler_seconds_bucket", "flowrun_inflight", "flowrun_delayed_held", "flowrun_dead_letters_total", "flowrun_source_errors_total",
+		`flowrun_build_info{goversion="go`, "go_goroutines", "go_memstats_heap_alloc_bytes", "process_resident_memory_bytes"} {
 		if !strings.Contains(body, name) {
 			t.Errorf("/metrics lacks %s", name)
 		}
