@@ -435,7 +435,7 @@ func resolveMock(t *Test, pl *Pipeline) hcl.Diagnostics {
 			Severity: hcl.DiagError,
 			Summary:  "Missing mock block",
 			Detail: fmt.Sprintf("Pipeline %q uses the %s handler, which calls out; a test of it needs a mock block "+
-				"to stand in for the %s, so that it runs without any connection or process.", pl.Name, h.Name, mockOf(h.Name)),
+				"to stand in for what it calls, so that it runs without any connection or process.", pl.Name, h.Name),
 			Subject: t.DeclRange.Ptr(),
 		}}
 	case decode == nil:
@@ -453,15 +453,4 @@ func resolveMock(t *Test, pl *Pipeline) hcl.Diagnostics {
 	m, diags := decode(t.mock.Body, t.mockCtx, t.mock.DefRange)
 	t.Mock = m
 	return diags
-}
-
-// mockOf says what a built-in handler's mock stands in for.
-func mockOf(handler string) string {
-	switch handler {
-	case "http":
-		return "HTTP server"
-	case "exec":
-		return "process"
-	}
-	return "outside world"
 }

@@ -188,7 +188,7 @@ test "log takes no mock" {
 	r := flowrun(t, "", "test", cfg)
 	want := []string{
 		cfg + `:15:10: error: Unsupported argument: "exit" mocks the process, for the exec handler. A mock for the http handler stands in for the HTTP response and takes "status", "headers" and "body".`,
-		cfg + `:19:1: error: Missing mock block: Pipeline "hook" uses the http handler, which calls out; a test of it needs a mock block to stand in for the HTTP server, so that it runs without any connection or process.`,
+		cfg + `:19:1: error: Missing mock block: Pipeline "hook" uses the http handler, which calls out; a test of it needs a mock block to stand in for what it calls, so that it runs without any connection or process.`,
 		cfg + `:26:3: error: Unexpected mock block: Pipeline "logged" uses the Go handler "log", which cannot be mocked: a test runs it as compiled. Handlers that take a mock: "exec" and "http".`,
 		cfg + `:29:5: error: Unsupported argument: "max_delay" bounds the delay of a retry_after outcome; this test expects "ack".`,
 	}
