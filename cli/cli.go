@@ -94,7 +94,7 @@ func Run(ctx context.Context, args []string, stdio Stdio) int {
 	case "fmt":
 		return cmdFmt(rest, stdio)
 	case "test":
-		return cmdTest(rest, stdio)
+		return cmdTest(ctx, rest, stdio)
 	case "inspect":
 		return cmdInspect(ctx, rest, stdio)
 	case "dlq":

@@ -216,13 +216,18 @@ type Test struct {
 	Name     string
 	Pipeline string
 	Message  TestMessage
-	Expect   TestExpect
+	// Mock stands in for the server or the process of the pipeline's handler (`mock {}`), made
+	// by that handler; nil when the test has none.
+	Mock   handlers.Mock
+	Expect TestExpect
 	// ExpectRange is the expect block's header, where a failure is reported.
 	ExpectRange hcl.Range
 	DeclRange   hcl.Range
 
-	keySet        bool      // message key written; else it defaults to the source's NaturalKey
-	pipelineRange hcl.Range // the pipeline attribute's value
+	keySet        bool             // message key written; else it defaults to the source's NaturalKey
+	pipelineRange hcl.Range        // the pipeline attribute's value
+	mock          *hcl.Block       // decoded by the pipeline's handler in the merge pass
+	mockCtx       *hcl.EvalContext // the functions of the file that holds the mock
 }
 
 // TestMessage is a test's `message {}`. Key defaults to the source's NaturalKey.
@@ -233,16 +238,25 @@ type TestMessage struct {
 	Attempt int // default 1
 }
 
-// TestExpect is a test's `expect {}`.
+// TestExpect is a test's `expect {}`. Matches compares an outcome with it.
 type TestExpect struct {
-	// Outcome is the outcome as written: "drop", "retry_after('5s')".
+	// Outcome is the outcome as written: "drop", "retry_after('5s')", "retry_after".
 	Outcome string
-	// Want is Outcome parsed, to compare with what the rules return.
-	Want engine.Outcome
+	// Want is Outcome parsed. A retry_after written without a duration has AnyDelay set and
+	// matches any delay from MinDelay (min_delay, default 0) to MaxDelay (max_delay, when
+	// HasMaxDelay). A dead_letter matches a reason that contains Reason (`reason`).
+	Want        engine.Outcome
+	AnyDelay    bool
+	MinDelay    time.Duration
+	MaxDelay    time.Duration
+	HasMaxDelay bool
+	Reason      string
 	// Emits are the expected emits, in order; HasEmits says whether `emits` was written at all
 	// (`emits = []` asserts that nothing is emitted).
 	Emits    []TestEmit
 	HasEmits bool
+
+	outcomeRange hcl.Range // the outcome attribute's value
 }
 
 // TestEmit is one expected emit: `{ kind = "stream", key = "done", payload = "..." }`.

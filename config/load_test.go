@@ -247,6 +247,7 @@ func TestLoadValid(t *testing.T) {
 				t.Errorf("test %q: expect range %v", got.Name, got.ExpectRange)
 			}
 			got.ExpectRange, got.DeclRange, got.pipelineRange, got.keySet = hcl.Range{}, hcl.Range{}, hcl.Range{}, false
+			got.Expect.outcomeRange = hcl.Range{}
 			if !reflect.DeepEqual(&got, w) {
 				t.Errorf("test %d:\n got %+v\nwant %+v", i, got, *w)
 			}
@@ -326,28 +327,78 @@ pipeline "p" {
 
 func TestParseOutcome(t *testing.T) {
 	for _, tc := range []struct {
-		in   string
-		want engine.Outcome
-		err  bool
+		in       string
+		want     engine.Outcome
+		anyDelay bool
+		err      bool
 	}{
-		{"ack", engine.Ack(), false},
-		{" drop ", engine.Drop(), false},
-		{"retry()", engine.Retry(), false},
-		{"retry_after('5s')", engine.RetryAfter(5 * time.Second), false},
-		{`retry_after("1m30s")`, engine.RetryAfter(90 * time.Second), false},
-		{"retry_after(250ms)", engine.RetryAfter(250 * time.Millisecond), false},
-		{"retry_after( '2s' )", engine.RetryAfter(2 * time.Second), false},
-		{"retry_after('5')", engine.Outcome{}, true},
-		{"retry_after('-5s')", engine.Outcome{}, true},
-		{"retry_after('5s'", engine.Outcome{}, true},
-		{"ack(1)", engine.Outcome{}, true},
-		{"accept", engine.Outcome{}, true},
-		{"", engine.Outcome{}, true},
+		{in: "ack", want: engine.Ack()},
+		{in: " drop ", want: engine.Drop()},
+		{in: "retry()", want: engine.Retry()},
+		{in: "dead_letter", want: engine.DeadLetter("")},
+		{in: "dead_letter()", want: engine.DeadLetter("")},
+		{in: "retry_after", want: engine.RetryAfter(0), anyDelay: true},
+		{in: "retry_after()", want: engine.RetryAfter(0), anyDelay: true},
+		{in: "retry_after('0s')", want: engine.RetryAfter(0)},
+		{in: "retry_after('5s')", want: engine.RetryAfter(5 * time.Second)},
+		{in: `retry_after("1m30s")`, want: engine.RetryAfter(90 * time.Second)},
+		{in: "retry_after(250ms)", want: engine.RetryAfter(250 * time.Millisecond)},
+		{in: "retry_after( '2s' )", want: engine.RetryAfter(2 * time.Second)},
+		{in: "retry_after('5')", err: true},
+		{in: "retry_after('-5s')", err: true},
+		{in: "retry_after('5s'", err: true},
+		{in: "dead_letter('why')", err: true},
+		{in: "ack(1)", err: true},
+		{in: "accept", err: true},
+		{in: "", err: true},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
-			got, err := ParseOutcome(tc.in)
-			if (err != nil) != tc.err || got != tc.want {
-				t.Fatalf("ParseOutcome(%q) = %v, %v", tc.in, got, err)
+			got, anyDelay, err := ParseOutcome(tc.in)
+			if (err != nil) != tc.err || got != tc.want || anyDelay != tc.anyDelay {
+				t.Fatalf("ParseOutcome(%q) = %v, %v, %v", tc.in, got, anyDelay, err)
+			}
+		})
+	}
+}
+
+func TestExpectMatches(t *testing.T) {
+	exact := TestExpect{Outcome: "retry_after('5s')", Want: engine.RetryAfter(5 * time.Second)}
+	anyDelay := TestExpect{Outcome: "retry_after", Want: engine.RetryAfter(0), AnyDelay: true}
+	bounded := anyDelay
+	bounded.MinDelay, bounded.MaxDelay, bounded.HasMaxDelay = 5*time.Second, 10*time.Second, true
+	atMost := anyDelay
+	atMost.MaxDelay, atMost.HasMaxDelay = 0, true
+	dead := TestExpect{Outcome: "dead_letter", Want: engine.DeadLetter("")}
+	deadWhy := TestExpect{Outcome: "dead_letter", Want: engine.DeadLetter(""), Reason: "http 400"}
+	for _, tc := range []struct {
+		name   string
+		expect TestExpect
+		got    engine.Outcome
+		want   bool
+		text   string
+	}{
+		{"ack", TestExpect{Outcome: "ack", Want: engine.Ack()}, engine.Ack(), true, "ack"},
+		{"ack is not drop", TestExpect{Outcome: "ack", Want: engine.Ack()}, engine.Drop(), false, "ack"},
+		{"exactly 5s", exact, engine.RetryAfter(5 * time.Second), true, "retry_after('5s')"},
+		{"not 6s", exact, engine.RetryAfter(6 * time.Second), false, "retry_after('5s')"},
+		{"any delay", anyDelay, engine.RetryAfter(time.Hour), true, "retry_after with any delay"},
+		{"any delay, zero", anyDelay, engine.RetryAfter(0), true, "retry_after with any delay"},
+		{"any delay is not retry", anyDelay, engine.Retry(), false, "retry_after with any delay"},
+		{"lower bound included", bounded, engine.RetryAfter(5 * time.Second), true, "retry_after with a delay of 5s to 10s"},
+		{"upper bound included", bounded, engine.RetryAfter(10 * time.Second), true, "retry_after with a delay of 5s to 10s"},
+		{"below", bounded, engine.RetryAfter(4 * time.Second), false, "retry_after with a delay of 5s to 10s"},
+		{"above", bounded, engine.RetryAfter(11 * time.Second), false, "retry_after with a delay of 5s to 10s"},
+		{"max_delay 0s", atMost, engine.RetryAfter(time.Millisecond), false, "retry_after with a delay of at most 0s"},
+		{"any reason", dead, engine.DeadLetter("http 500"), true, "dead_letter"},
+		{"reason contained", deadWhy, engine.DeadLetter("http 400 Bad Request: no"), true, `dead_letter with a reason containing "http 400"`},
+		{"other reason", deadWhy, engine.DeadLetter("http 404 Not Found"), false, `dead_letter with a reason containing "http 400"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.expect.Matches(tc.got); got != tc.want {
+				t.Errorf("Matches(%s) = %v", tc.got, got)
+			}
+			if got := tc.expect.String(); got != tc.text {
+				t.Errorf("String() = %q, want %q", got, tc.text)
 			}
 		})
 	}
@@ -598,6 +649,75 @@ func TestFileFuncRefusesDevices(t *testing.T) {
 		f, err := readRegularFile(dev)
 		if err == nil {
 			t.Errorf("readRegularFile(%s) = %d bytes, want an error", dev, len(f))
+		}
+	}
+}
+
+// A test of a pipeline with the http or exec handler carries the mock its handler decoded; its
+// expect block may leave retry_after's delay open and bound it.
+func TestMockedTests(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "t.hcl"), `
+pipeline "hook" {
+  source "pipe" {}
+  out_retry = "again"
+  handler "http" { url = "https://hooks.example.com/p" }
+}
+pipeline "charge" {
+  source "pipe" {}
+  out_retry = "again"
+  handler "exec" { command = ["./charge"] }
+}
+test "busy" {
+  pipeline = "hook"
+  mock {
+    status  = 503
+    headers = { "Retry-After" = env("FLOWRUN_TEST_UNSET", "7") }
+  }
+  expect {
+    outcome   = "retry_after"
+    min_delay = "5s"
+    max_delay = "10s"
+  }
+}
+test "declined" {
+  pipeline = "charge"
+  mock {
+    exit   = 2
+    stderr = "card declined"
+  }
+  expect {
+    outcome = "dead_letter"
+    reason  = "card declined"
+  }
+}
+test "no bounds" {
+  pipeline = "hook"
+  mock {}
+  expect { outcome = "retry_after" }
+}
+`)
+	cfg, diags := Load([]string{dir}, Options{Hostname: "h"})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	for i, want := range []struct {
+		mock   string
+		expect TestExpect
+	}{
+		{"status 503", TestExpect{Outcome: "retry_after", Want: engine.RetryAfter(0), AnyDelay: true,
+			MinDelay: 5 * time.Second, MaxDelay: 10 * time.Second, HasMaxDelay: true}},
+		{"exit 2", TestExpect{Outcome: "dead_letter", Want: engine.DeadLetter(""), Reason: "card declined"}},
+		{"status 200", TestExpect{Outcome: "retry_after", Want: engine.RetryAfter(0), AnyDelay: true}},
+	} {
+		got := cfg.Tests[i]
+		if got.Mock == nil || got.Mock.String() != want.mock {
+			t.Errorf("test %q: mock %v, want %s", got.Name, got.Mock, want.mock)
+		}
+		e := got.Expect
+		e.outcomeRange = hcl.Range{}
+		if !reflect.DeepEqual(e, want.expect) {
+			t.Errorf("test %q: expect\n got %+v\nwant %+v", got.Name, e, want.expect)
 		}
 	}
 }

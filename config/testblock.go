@@ -10,11 +10,12 @@ import (
 	ctyjson "github.com/zclconf/go-cty/cty/json"
 
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/internal/handlers"
 )
 
 var testSchema = &hcl.BodySchema{
 	Attributes: []hcl.AttributeSchema{{Name: "pipeline"}},
-	Blocks:     []hcl.BlockHeaderSchema{{Type: "message"}, {Type: "expect"}},
+	Blocks:     []hcl.BlockHeaderSchema{{Type: "message"}, {Type: "mock"}, {Type: "expect"}},
 }
 
 var messageSchema = &hcl.BodySchema{
@@ -22,7 +23,9 @@ var messageSchema = &hcl.BodySchema{
 }
 
 var expectSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "outcome"}, {Name: "emits"}},
+	Attributes: []hcl.AttributeSchema{
+		{Name: "outcome"}, {Name: "min_delay"}, {Name: "max_delay"}, {Name: "reason"}, {Name: "emits"},
+	},
 }
 
 var expectEmitFields = []string{"kind", "key", "payload"}
@@ -40,11 +43,14 @@ func (d *fileDecoder) decodeTestBlock(block *hcl.Block) (*Test, hcl.Diagnostics)
 		diags = append(diags, missingArg(block, "pipeline", "in a test block"))
 	}
 
-	var messages, expects []*hcl.Block
+	var messages, mocks, expects []*hcl.Block
 	for _, b := range content.Blocks {
-		if b.Type == "message" {
+		switch b.Type {
+		case "message":
 			messages = append(messages, b)
-		} else {
+		case "mock":
+			mocks = append(mocks, b)
+		default:
 			expects = append(expects, b)
 		}
 	}
@@ -53,6 +59,13 @@ func (d *fileDecoder) decodeTestBlock(block *hcl.Block) (*Test, hcl.Diagnostics)
 	}
 	for _, b := range messages[min(1, len(messages)):] {
 		diags = append(diags, duplicateInner(b, "message"))
+	}
+	// A mock is decoded by the pipeline's handler, known in the merge pass.
+	if len(mocks) > 0 {
+		t.mock, t.mockCtx = mocks[0], d.ctx
+	}
+	for _, b := range mocks[min(1, len(mocks)):] {
+		diags = append(diags, duplicateInner(b, "mock"))
 	}
 	if len(expects) == 0 {
 		diags = append(diags, &hcl.Diagnostic{
@@ -110,11 +123,13 @@ func (d *fileDecoder) decodeTestMessage(block *hcl.Block, t *Test) hcl.Diagnosti
 
 func (d *fileDecoder) decodeTestExpect(block *hcl.Block, e *TestExpect) hcl.Diagnostics {
 	content, diags := block.Body.Content(expectSchema)
+	parsed := false
 	if a, ok := content.Attributes["outcome"]; ok {
+		e.outcomeRange = a.Expr.Range()
 		v, ds := d.str(a)
 		diags = append(diags, ds...)
 		if !ds.HasErrors() {
-			o, err := ParseOutcome(v)
+			o, anyDelay, err := ParseOutcome(v)
 			if err != nil {
 				diags = append(diags, &hcl.Diagnostic{
 					Severity: hcl.DiagError,
@@ -123,11 +138,51 @@ func (d *fileDecoder) decodeTestExpect(block *hcl.Block, e *TestExpect) hcl.Diag
 					Subject:  a.Expr.Range().Ptr(),
 				})
 			}
-			e.Outcome, e.Want = v, o
+			e.Outcome, e.Want, e.AnyDelay, parsed = v, o, anyDelay, err == nil
 		}
 	} else {
 		diags = append(diags, missingArg(block, "outcome", "in an expect block"))
 	}
+
+	// min_delay and max_delay bound a retry_after written without a duration.
+	var minAttr *hcl.Attribute
+	for _, name := range []string{"min_delay", "max_delay"} {
+		a, ok := content.Attributes[name]
+		if !ok {
+			continue
+		}
+		dur, ds := d.nonNegativeDuration(a)
+		diags = append(diags, ds...)
+		switch {
+		case parsed && e.Want.Kind != engine.KindRetryAfter:
+			diags = append(diags, notHere(a, fmt.Sprintf(
+				`%q bounds the delay of a retry_after outcome; this test expects %q.`, name, e.Outcome)))
+		case parsed && !e.AnyDelay:
+			diags = append(diags, notHere(a, fmt.Sprintf(
+				`%q bounds a retry_after written without a duration; %q expects exactly %s. Write outcome = "retry_after" to accept any delay within the bounds.`,
+				name, e.Outcome, e.Want.Delay)))
+		case ds.HasErrors():
+		case name == "min_delay":
+			e.MinDelay, minAttr = dur, a
+		default:
+			e.MaxDelay, e.HasMaxDelay = dur, true
+		}
+	}
+	if minAttr != nil && e.HasMaxDelay && e.MinDelay > e.MaxDelay {
+		diags = append(diags, invalidValue(minAttr, fmt.Sprintf(
+			`"min_delay" (%s) must not exceed "max_delay" (%s).`, e.MinDelay, e.MaxDelay)))
+	}
+
+	if a, ok := content.Attributes["reason"]; ok {
+		v, ds := d.str(a)
+		diags = append(diags, ds...)
+		if parsed && e.Want.Kind != engine.KindDeadLetter {
+			diags = append(diags, notHere(a, fmt.Sprintf(
+				`"reason" is the reason of a dead_letter outcome; this test expects %q.`, e.Outcome)))
+		}
+		e.Reason = v
+	}
+
 	if a, ok := content.Attributes["emits"]; ok {
 		e.HasEmits = true
 		emits, ds := d.decodeExpectEmits(a)
@@ -243,38 +298,87 @@ func payloadText(v cty.Value) (string, error) {
 	return string(b), nil
 }
 
-// ParseOutcome parses an outcome as a test expects it: "ack", "drop", "retry" (each optionally
-// with "()"), or "retry_after(D)" with D a Go duration, bare or in single or double quotes.
-func ParseOutcome(s string) (engine.Outcome, error) {
-	bad := fmt.Errorf(`%q is not an outcome: write "ack", "drop", "retry" or "retry_after('5s')"`, s)
+// ParseOutcome parses an outcome as a test expects it: "ack", "drop", "retry", "dead_letter"
+// (each optionally with "()"), "retry_after" (or "retry_after()"), which matches any delay and
+// comes back with anyDelay set, or "retry_after(D)" with D a Go duration, bare or in single or
+// double quotes, which matches exactly D.
+func ParseOutcome(s string) (o engine.Outcome, anyDelay bool, err error) {
+	bad := fmt.Errorf(`%q is not an outcome: write "ack", "drop", "retry", "retry_after", "retry_after('5s')" or "dead_letter"`, s)
 	t := strings.TrimSpace(s)
 	name, arg := t, ""
 	if i := strings.IndexByte(t, '('); i >= 0 {
 		if !strings.HasSuffix(t, ")") {
-			return engine.Outcome{}, bad
+			return engine.Outcome{}, false, bad
 		}
 		name, arg = strings.TrimSpace(t[:i]), strings.TrimSpace(t[i+1:len(t)-1])
 	}
 	switch name {
-	case "ack", "drop", "retry":
+	case "ack", "drop", "retry", "dead_letter":
 		if arg != "" {
-			return engine.Outcome{}, bad
+			return engine.Outcome{}, false, bad
 		}
-		return map[string]engine.Outcome{"ack": engine.Ack(), "drop": engine.Drop(), "retry": engine.Retry()}[name], nil
+		return map[string]engine.Outcome{
+			"ack": engine.Ack(), "drop": engine.Drop(), "retry": engine.Retry(), "dead_letter": engine.DeadLetter(""),
+		}[name], false, nil
 	case "retry_after":
+		if arg == "" {
+			return engine.RetryAfter(0), true, nil
+		}
 		if len(arg) >= 2 && (arg[0] == '\'' || arg[0] == '"') && arg[len(arg)-1] == arg[0] {
 			arg = arg[1 : len(arg)-1]
 		}
 		d, err := time.ParseDuration(arg)
 		if err != nil || d < 0 {
-			return engine.Outcome{}, fmt.Errorf("%q is not an outcome: retry_after needs a duration such as '5s'", s)
+			return engine.Outcome{}, false, fmt.Errorf(
+				`%q is not an outcome: retry_after takes a duration such as '5s', or none to accept any delay`, s)
 		}
-		return engine.RetryAfter(d), nil
+		return engine.RetryAfter(d), false, nil
 	}
-	return engine.Outcome{}, bad
+	return engine.Outcome{}, false, bad
 }
 
-// resolveTest checks that a test names a pipeline with rules, and defaults its message key.
+// Matches reports whether o is the outcome the test expects: the same kind; for retry_after the
+// same delay, or, written without one, any delay within min_delay and max_delay; for dead_letter
+// a reason that contains the expected one.
+func (e *TestExpect) Matches(o engine.Outcome) bool {
+	if o.Kind != e.Want.Kind {
+		return false
+	}
+	switch o.Kind {
+	case engine.KindRetryAfter:
+		if !e.AnyDelay {
+			return o.Delay == e.Want.Delay
+		}
+		return o.Delay >= e.MinDelay && (!e.HasMaxDelay || o.Delay <= e.MaxDelay)
+	case engine.KindDeadLetter:
+		return strings.Contains(o.Reason, e.Reason)
+	}
+	return true
+}
+
+// String is the expected outcome as written, with its bounds or reason: "ack",
+// "retry_after('5s')", "retry_after with a delay of 5s to 10s", `dead_letter with a reason
+// containing "http 400"`.
+func (e *TestExpect) String() string {
+	switch {
+	case e.Want.Kind == engine.KindRetryAfter && e.AnyDelay:
+		switch {
+		case e.HasMaxDelay && e.MinDelay > 0:
+			return fmt.Sprintf("retry_after with a delay of %s to %s", e.MinDelay, e.MaxDelay)
+		case e.HasMaxDelay:
+			return fmt.Sprintf("retry_after with a delay of at most %s", e.MaxDelay)
+		case e.MinDelay > 0:
+			return fmt.Sprintf("retry_after with a delay of at least %s", e.MinDelay)
+		}
+		return "retry_after with any delay"
+	case e.Want.Kind == engine.KindDeadLetter && e.Reason != "":
+		return fmt.Sprintf("dead_letter with a reason containing %q", e.Reason)
+	}
+	return e.Outcome
+}
+
+// resolveTest checks that a test names a pipeline, decodes its mock with the pipeline's handler,
+// and defaults its message key.
 func resolveTest(t *Test, pipelines map[string]*Pipeline) hcl.Diagnostics {
 	if t.Pipeline == "" {
 		return nil // reported as missing or empty already
@@ -288,17 +392,65 @@ func resolveTest(t *Test, pipelines map[string]*Pipeline) hcl.Diagnostics {
 			Subject:  t.pipelineRange.Ptr(),
 		}}
 	}
-	if pl.Handler != nil {
-		return hcl.Diagnostics{{
-			Severity: hcl.DiagError,
-			Summary:  "Untestable pipeline",
-			Detail: fmt.Sprintf("Pipeline %q uses the Go handler %q; tests run against rules only.",
-				pl.Name, pl.Handler.Name),
-			Subject: t.pipelineRange.Ptr(),
-		}}
-	}
 	if !t.keySet && pl.Source != nil {
 		t.Message.Key = pl.Source.NaturalKey()
 	}
-	return nil
+	var diags hcl.Diagnostics
+	switch {
+	case pl.Handler != nil:
+		diags = append(diags, resolveMock(t, pl)...)
+	case pl.Rules != nil:
+		if t.mock != nil {
+			diags = append(diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "Unexpected mock block",
+				Detail: fmt.Sprintf("Pipeline %q decides with rules, which call nothing outside; a mock stands in for "+
+					"the server or the process of a handler such as %s.", pl.Name, quoteList(handlers.Mockable(), "or")),
+				Subject: t.mock.DefRange.Ptr(),
+			})
+		}
+		if t.Expect.Want.Kind == engine.KindDeadLetter && t.Expect.Outcome != "" {
+			diags = append(diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "Invalid outcome",
+				Detail: fmt.Sprintf("Pipeline %q decides with rules, whose outcomes are ack, drop, retry and retry_after; "+
+					"only a Go handler dead-letters a message itself.", pl.Name),
+				Subject: t.Expect.outcomeRange.Ptr(),
+			})
+		}
+	}
+	return diags
+}
+
+// resolveMock decodes a test's mock block with the pipeline's handler, or reports that the
+// handler takes none, or needs one.
+func resolveMock(t *Test, pl *Pipeline) hcl.Diagnostics {
+	h := pl.Handler
+	decode := h.Plugin.DecodeMock
+	switch {
+	case t.mock == nil && decode == nil:
+		return nil // the handler runs as compiled
+	case t.mock == nil:
+		return hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Missing mock block",
+			Detail: fmt.Sprintf("Pipeline %q uses the %s handler, which calls out; a test of it needs a mock block "+
+				"to stand in for what it calls, so that it runs without any connection or process.", pl.Name, h.Name),
+			Subject: t.DeclRange.Ptr(),
+		}}
+	case decode == nil:
+		detail := fmt.Sprintf("Pipeline %q uses the Go handler %q, which cannot be mocked: a test runs it as compiled.", pl.Name, h.Name)
+		if names := handlers.Mockable(); len(names) > 0 {
+			detail += fmt.Sprintf(" Handlers that take a mock: %s.", quoteList(names, "and"))
+		}
+		return hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Unexpected mock block",
+			Detail:   detail,
+			Subject:  t.mock.DefRange.Ptr(),
+		}}
+	}
+	m, diags := decode(t.mock.Body, t.mockCtx, t.mock.DefRange)
+	t.Mock = m
+	return diags
 }

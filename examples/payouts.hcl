@@ -53,3 +53,16 @@ test "paid payouts are announced" {
     emits   = [{ kind = "stream", key = "payouts.done", payload = jsonencode({ id = 7, paid = true }) }]
   }
 }
+
+test "a payout is retried later while the gateway is down" {
+  pipeline = "payouts"
+  message {
+    payload = jsonencode({ id = 2, amount = 12 })
+    headers = { gateway = "down" }
+    attempt = 2
+  }
+  expect {
+    outcome   = "retry_after" # backoff('1s', '1m'): random, at most 2s on attempt 2
+    max_delay = "2s"
+  }
+}

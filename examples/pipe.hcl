@@ -36,3 +36,12 @@ test "signups get a welcome email" {
     emits   = [{ kind = "record", key = "emails", payload = jsonencode({ to = "ada", template = "welcome" }) }]
   }
 }
+
+test "events that are not ready wait" {
+  pipeline = "events"
+  message {
+    payload = jsonencode({ type = "order" })
+    headers = { ready = "no" }
+  }
+  expect { outcome = "retry_after('200ms')" }
+}

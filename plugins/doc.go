@@ -101,11 +101,12 @@
 // In order, for a handler used by a pipeline:
 //
 //  1. Decode, then Validate: at every load (`run`, `validate`, `test`).
-//  2. Provision(ctx, cfg, env): once per pipeline, by `flowrun run` only. env.Logger is a
-//     zerolog logger already scoped with the pipeline, source and handler fields; keep it and log
-//     with it. Build what you need; keep slow I/O (dialing a gateway) for Start.
-//  3. Start(ctx), when the handler implements Starter: after every pipeline is provisioned,
-//     before the first message is read. An error stops the run before anything is consumed. ctx
+//  2. Provision(ctx, cfg, env): once per pipeline by `flowrun run`, and once per test by `flowrun
+//     test` (below). env.Logger is a zerolog logger already scoped with the pipeline, source and
+//     handler fields; keep it and log with it. Build what you need; keep slow I/O (dialing a
+//     gateway) for Start.
+//  3. Start(ctx), when the handler implements Starter: by `flowrun run` only, after every
+//     pipeline is provisioned, before the first message is read. An error stops the run before anything is consumed. ctx
 //     bounds start-up only; a goroutine started here must be stopped by Close.
 //  4. Handle(ctx, m, emit), concurrently: up to the pipeline's concurrency calls at once, so a
 //     handler must be safe for concurrent use.
@@ -158,6 +159,51 @@
 //	h, err := plugins.Build(ctx, "payouts.hcl", `handler "payout" { done_key = "done" }`)
 //	res := plugins.Call(ctx, h, plugins.TestMessage{Key: "payouts", Payload: []byte(`{"id":1,"amount":5}`)})
 //	if res.Outcome != plugins.Ack() || res.Emits[0].To != plugins.ToRecord("done") { ... }
+//
+// # Config tests
+//
+// `flowrun test` (SPEC §9) runs the test blocks of the HCL files, pipelines with a Go handler
+// included: for each test it provisions the pipeline's handler as `flowrun run` does, hands it
+// the test's message, compares the outcome and the emits with the test's expect block, and closes
+// the handler. It does not call Start, since a test connects nowhere: Provision must not dial,
+// and a Handle that needs what Start sets up should return Retry with an error rather than
+// panic (a panic fails the test, saying so). Nothing else is left out: your handler runs as
+// compiled, so a test of a handler that calls a service needs a way, in its configuration, to
+// call none (examples/custom's "payout" simulates its gateway, and is down for a message with
+// the header gateway = "down").
+//
+// The built-in http and exec handlers call out, so a test of a pipeline that uses one needs a
+// mock block, which stands in for the server or the process; the handler runs its real logic
+// on the mocked answer (the request is built, Retry-After is read, the last line of stderr goes
+// into the reason, emit_stdout emits):
+//
+//	test "a busy hook is tried again later" {
+//	  pipeline = "hooks"                      # handler "http" { ... }
+//	  message { payload = jsonencode({ id = 1 }) }
+//	  mock {
+//	    status  = 503                         # default 200
+//	    headers = { "Retry-After" = "7" }
+//	    body    = "busy"
+//	  }
+//	  expect {
+//	    outcome   = "retry_after"             # any delay, within min_delay and max_delay
+//	    min_delay = "5s"
+//	    max_delay = "10s"
+//	  }
+//	}
+//
+//	test "a declined card is dead-lettered" {
+//	  pipeline = "charges"                    # handler "exec" { ... }
+//	  mock {
+//	    exit   = 2                            # default 0; 75 is retry
+//	    stdout = ""                           # what emit_stdout reads
+//	    stderr = "card declined"
+//	  }
+//	  expect {
+//	    outcome = "dead_letter"
+//	    reason  = "exit status 2: card declined" # the reason must contain this
+//	  }
+//	}
 //
 // # A custom binary
 //

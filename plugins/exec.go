@@ -43,6 +43,7 @@ func init() {
 		Defaults:  func() execConfig { return execConfig{Timeout: execDefaultTimeout} },
 		Validate:  validateExec,
 		Provision: newExecHandler,
+		mock:      decodeExecMock,
 	})
 }
 
@@ -82,6 +83,13 @@ func validateExec(c execConfig, b Block) error {
 	return errors.Join(errs...)
 }
 
+// execRunner runs a prepared command to its end, writing to its Stdout and Stderr. It returns
+// nil for exit 0; for any other exit, an error with an ExitCode method whose Error is the exit
+// status ("exit status 3", "signal: killed"), as *exec.ExitError; any other error when the
+// command could not run or was stopped. (*exec.Cmd).Run is the real one; a test's mock stands in
+// for the process.
+type execRunner func(cmd *exec.Cmd) error
+
 // execHandler runs one process per delivery. It is safe for concurrent use.
 type execHandler struct {
 	argv       []string
@@ -90,6 +98,7 @@ type execHandler struct {
 	emitStdout string
 	baseEnv    []string
 	log        zerolog.Logger
+	run        execRunner
 }
 
 var (
@@ -114,6 +123,10 @@ func newExecHandler(_ context.Context, cfg execConfig, env Env) (Handler, error)
 		emitStdout: cfg.EmitStdout,
 		baseEnv:    base,
 		log:        env.Logger,
+		run:        (*exec.Cmd).Run,
+	}
+	if env.runner != nil {
+		h.run = env.runner // a test's mock stands in for the process
 	}
 	if cfg.Dir != "" {
 		h.dir = env.Path(cfg.Dir)
@@ -165,7 +178,7 @@ func (h *execHandler) Handle(ctx context.Context, m Message, emit *Emitter) (Out
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = execWaitDelay
 
-	err := cmd.Run()
+	err := h.run(cmd)
 	switch {
 	case err == nil, errors.Is(err, exec.ErrWaitDelay):
 		// ErrWaitDelay: exit 0, but something it left behind held its output open.
@@ -178,7 +191,10 @@ func (h *execHandler) Handle(ctx context.Context, m Message, emit *Emitter) (Out
 	case tctx.Err() != nil:
 		return Retry(), fmt.Errorf("exec: %s: timed out after %s, process group killed", h.argv[0], h.timeout)
 	}
-	var ee *exec.ExitError
+	var ee interface {
+		error
+		ExitCode() int
+	}
 	if !errors.As(err, &ee) {
 		// It never ran: not found, not executable, out of resources.
 		return Retry(), fmt.Errorf("exec: %w", err)
@@ -189,7 +205,7 @@ func (h *execHandler) Handle(ctx context.Context, m Message, emit *Emitter) (Out
 		}
 		return Retry(), nil
 	}
-	reason := "exec: " + ee.ProcessState.String() // "exit status 3", "signal: killed"
+	reason := "exec: " + ee.Error() // "exit status 3", "signal: killed"
 	if line := stderr.lastLine(); line != "" {
 		reason += ": " + line
 	}

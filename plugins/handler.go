@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -67,9 +68,14 @@ type Spec[C any] struct {
 	// Provision gets the config as decoded. Nil means no checks.
 	Validate func(c C, b Block) error
 	// Provision builds the handler from a config that decoded and validated cleanly: once per
-	// pipeline that uses it, by `flowrun run` only. Keep slow I/O (dialing) for Start. An error
-	// stops the run before anything is consumed; release what was acquired before returning it.
+	// pipeline that uses it by `flowrun run`, and once per test by `flowrun test`, which calls
+	// Close but never Start. Keep slow I/O (dialing) for Start. An error stops the run before
+	// anything is consumed; release what was acquired before returning it.
 	Provision func(ctx context.Context, c C, env Env) (Handler, error)
+
+	// mock decodes a test's `mock {}` block (SPEC §9) for a handler that talks to the outside
+	// world: set by the built-in http and exec handlers only.
+	mock func(body hcl.Body, ctx *hcl.EvalContext, rng hcl.Range) (mock, hcl.Diagnostics)
 }
 
 // Env is what Provision is given besides the config.
@@ -81,6 +87,10 @@ type Env struct {
 	Logger zerolog.Logger
 
 	dir string // the directory of the HCL file that declares the handler
+
+	// What a test's mock puts in place of the outside world (`flowrun test`); nil otherwise.
+	transport http.RoundTripper // http: answers every request
+	runner    execRunner        // exec: stands in for the process
 }
 
 // Path resolves p relative to the directory of the HCL file that declares the handler, as
@@ -97,7 +107,17 @@ func Register[C any](s Spec[C]) {
 	if err := checkConfigType(reflect.TypeFor[C]()); err != nil {
 		panic(fmt.Sprintf("plugins: Register %q: %v", s.Name, err))
 	}
-	handlers.Register(handlers.Plugin{Name: s.Name, Doc: s.Doc, Decode: s.decode})
+	p := handlers.Plugin{Name: s.Name, Doc: s.Doc, Decode: s.decode}
+	if s.mock != nil {
+		p.DecodeMock = func(body hcl.Body, ctx *hcl.EvalContext, rng hcl.Range) (handlers.Mock, hcl.Diagnostics) {
+			m, diags := s.mock(body, ctx, rng)
+			if m == nil {
+				return nil, diags // never a typed nil in the interface
+			}
+			return m, diags
+		}
+	}
+	handlers.Register(p)
 }
 
 // decode decodes a handler block's body into a fresh C and validates it.
@@ -163,7 +183,17 @@ func (d *decoded[C]) provision(ctx context.Context, env Env) (Handler, error) {
 }
 
 func (d *decoded[C]) Provision(ctx context.Context, env handlers.Env) (handlers.Instance, error) {
-	h, err := d.provision(ctx, Env{Pipeline: env.Pipeline, Logger: env.Logger})
+	penv := Env{Pipeline: env.Pipeline, Logger: env.Logger}
+	if env.Mock != nil {
+		// Only this handler's own kind of mock: an exec handler given an http mock would run
+		// the real process.
+		m, ok := env.Mock.(mock)
+		if !ok || d.spec.mock == nil || m.handler() != d.spec.Name {
+			return nil, fmt.Errorf("handler %q cannot be mocked with %s", d.spec.Name, env.Mock)
+		}
+		m.install(&penv)
+	}
+	h, err := d.provision(ctx, penv)
 	if err != nil {
 		return nil, err
 	}

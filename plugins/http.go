@@ -48,6 +48,7 @@ func init() {
 		},
 		Validate:  validateHTTP,
 		Provision: newHTTPHandler,
+		mock:      decodeHTTPMock,
 	})
 }
 
@@ -172,6 +173,10 @@ func newHTTPHandler(_ context.Context, cfg httpConfig, env Env) (Handler, error)
 		}
 		tr.TLSClientConfig = tc
 	}
+	var rt http.RoundTripper = tr
+	if env.transport != nil {
+		rt = env.transport // a test's mock answers instead of the network
+	}
 	h := &httpHandler{
 		url:     cfg.URL,
 		method:  strings.ToUpper(cfg.Method),
@@ -179,7 +184,7 @@ func newHTTPHandler(_ context.Context, cfg httpConfig, env Env) (Handler, error)
 		headers: cfg.Headers,
 		prefix:  cfg.HeaderPrefix,
 		client: &http.Client{
-			Transport: tr,
+			Transport: rt,
 			// 301, 302 and 303 would turn a POST into a GET without a body and a 2xx at the
 			// end would ack a message nobody received; only 307 and 308 keep method and body.
 			CheckRedirect: func(req *http.Request, via []*http.Request) error {

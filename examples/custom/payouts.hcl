@@ -30,3 +30,39 @@ pipeline "payouts" {
     # fail_attempts = 1 # uncomment: the gateway fails each payout's first attempt
   }
 }
+
+# Tests, run by the binary that has the handler compiled in (no gateway is called: the handler
+# simulates it):
+#
+#   ./payouts test examples/custom/payouts.hcl
+
+test "a payout is paid and announced" {
+  pipeline = "payouts"
+  message { payload = jsonencode({ id = 1, amount = 12 }) }
+  expect {
+    outcome = "ack"
+    emits   = [{ kind = "record", key = "payouts.done", payload = { id = 1, paid = true } }]
+  }
+}
+
+test "a negative amount is dead-lettered" {
+  pipeline = "payouts"
+  message { payload = jsonencode({ id = 2, amount = -5 }) }
+  expect {
+    outcome = "dead_letter"
+    reason  = "payout 2: amount must be positive, got -5"
+  }
+}
+
+test "a payout waits while the gateway is down" {
+  pipeline = "payouts"
+  message {
+    payload = jsonencode({ id = 3, amount = 7 })
+    headers = { gateway = "down" }
+    attempt = 2
+  }
+  expect {
+    outcome   = "retry_after" # backoff of at most base * 2^(attempt-1): 200ms
+    max_delay = "200ms"
+  }
+}

@@ -27,13 +27,27 @@ type Plugin struct {
 	// Decode decodes and validates the body of a handler block whose header is rng, with
 	// positioned diagnostics. The Config is nil when the diagnostics hold an error.
 	Decode func(body hcl.Body, ctx *hcl.EvalContext, rng hcl.Range) (Config, hcl.Diagnostics)
+	// DecodeMock decodes the `mock {}` block of a test of a pipeline with this handler (SPEC §9):
+	// what stands in for the server or the process the handler talks to, with positioned
+	// diagnostics; rng is the block's header. The Mock is nil when the diagnostics hold an
+	// error. DecodeMock is nil for a handler that cannot be mocked.
+	DecodeMock func(body hcl.Body, ctx *hcl.EvalContext, rng hcl.Range) (Mock, hcl.Diagnostics)
+}
+
+// Mock is a test's decoded `mock {}` block, made by Plugin.DecodeMock and handed back to the
+// same plugin's Config.Provision through Env.Mock, which then builds a handler that talks to
+// the mock instead of the outside world.
+type Mock interface {
+	// String says what the mock answers, for messages: "status 503", "exit 75".
+	String() string
 }
 
 // Config is a handler block that decoded and validated cleanly.
 type Config interface {
 	// Value is the author's config struct, as decoded.
 	Value() any
-	// Provision builds the handler for one pipeline (`flowrun run` only).
+	// Provision builds the handler for one pipeline (`flowrun run`), or for one test (`flowrun
+	// test`, with Env.Mock when the test has a mock block).
 	Provision(ctx context.Context, env Env) (Instance, error)
 }
 
@@ -54,6 +68,9 @@ type Env struct {
 	// Redis is the redis block that Redis emits naming none go through: the source's own, else
 	// the only one ("" when there is none).
 	Redis string
+	// Mock, when set (by `flowrun test` only), stands in for the server or the process the
+	// handler talks to. It was made by this plugin's DecodeMock; Provision fails on any other.
+	Mock Mock
 }
 
 var (
@@ -81,6 +98,17 @@ func Lookup(name string) (Plugin, bool) {
 	defer mu.RUnlock()
 	p, ok := registry[name]
 	return p, ok
+}
+
+// Mockable lists, in name order, the registered handlers whose tests can have a `mock {}`.
+func Mockable() []string {
+	var names []string
+	for _, n := range Names() {
+		if p, _ := Lookup(n); p.DecodeMock != nil {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // Names lists the registered handlers in name order.

@@ -74,7 +74,8 @@ func Validate(c Config, b plugins.Block) error {
 	return errors.Join(errs...)
 }
 
-// New builds the handler from a validated config: once per pipeline, by `flowrun run`.
+// New builds the handler from a validated config: once per pipeline by `flowrun run`, once per
+// test by `flowrun test`.
 func New(_ context.Context, c Config, env plugins.Env) (plugins.Handler, error) {
 	return &Handler{cfg: c, log: env.Logger}, nil
 }
