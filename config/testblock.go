@@ -10,6 +10,7 @@ import (
 	ctyjson "github.com/zclconf/go-cty/cty/json"
 
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/transports"
 )
 
 var testSchema = &hcl.BodySchema{
@@ -33,7 +34,7 @@ func (d *fileDecoder) decodeTestBlock(block *hcl.Block) (*Test, hcl.Diagnostics)
 	content, diags := block.Body.Content(testSchema)
 
 	if a, ok := content.Attributes["pipeline"]; ok {
-		v, ds := d.nonEmpty(a)
+		v, ds := d.NonEmpty(a)
 		diags = append(diags, ds...)
 		t.Pipeline, t.pipelineRange = v, a.Expr.Range()
 	} else {
@@ -75,7 +76,7 @@ func (d *fileDecoder) decodeTestMessage(block *hcl.Block, t *Test) hcl.Diagnosti
 	content, diags := block.Body.Content(messageSchema)
 	m := &t.Message
 	if a, ok := content.Attributes["payload"]; ok {
-		v, ds := d.value(a, cty.DynamicPseudoType, "a string or a JSON-like value")
+		v, ds := d.Value(a, cty.DynamicPseudoType, "a string or a JSON-like value")
 		diags = append(diags, ds...)
 		if v != cty.NilVal {
 			p, err := payloadText(v)
@@ -86,7 +87,7 @@ func (d *fileDecoder) decodeTestMessage(block *hcl.Block, t *Test) hcl.Diagnosti
 		}
 	}
 	if a, ok := content.Attributes["headers"]; ok {
-		v, ds := d.value(a, cty.Map(cty.String), "a map of strings")
+		v, ds := d.Value(a, cty.Map(cty.String), "a map of strings")
 		diags = append(diags, ds...)
 		if v != cty.NilVal {
 			m.Headers = map[string]string{}
@@ -100,18 +101,18 @@ func (d *fileDecoder) decodeTestMessage(block *hcl.Block, t *Test) hcl.Diagnosti
 		}
 	}
 	if a, ok := content.Attributes["key"]; ok {
-		v, ds := d.str(a)
+		v, ds := d.Str(a)
 		diags = append(diags, ds...)
 		m.Key, t.keySet = v, true
 	}
-	opt(content.Attributes, "attempt", d.count, &m.Attempt, &diags)
+	opt(content.Attributes, "attempt", d.Count, &m.Attempt, &diags)
 	return diags
 }
 
 func (d *fileDecoder) decodeTestExpect(block *hcl.Block, e *TestExpect) hcl.Diagnostics {
 	content, diags := block.Body.Content(expectSchema)
 	if a, ok := content.Attributes["outcome"]; ok {
-		v, ds := d.str(a)
+		v, ds := d.Str(a)
 		diags = append(diags, ds...)
 		if !ds.HasErrors() {
 			o, err := ParseOutcome(v)
@@ -140,7 +141,7 @@ func (d *fileDecoder) decodeTestExpect(block *hcl.Block, e *TestExpect) hcl.Diag
 // decodeExpectEmits decodes `emits = [{ kind = "stream", key = "done", payload = ... }, ...]`,
 // pointing at the element at fault when the list is written out.
 func (d *fileDecoder) decodeExpectEmits(attr *hcl.Attribute) ([]TestEmit, hcl.Diagnostics) {
-	v, diags := d.value(attr, cty.DynamicPseudoType, "a list of emits")
+	v, diags := d.Value(attr, cty.DynamicPseudoType, "a list of emits")
 	if v == cty.NilVal {
 		return nil, diags
 	}
@@ -160,14 +161,15 @@ func (d *fileDecoder) decodeExpectEmits(attr *hcl.Attribute) ([]TestEmit, hcl.Di
 	i := 0
 	for it := v.ElementIterator(); it.Next(); i++ {
 		_, el := it.Element()
-		em, ds := expectEmit(el, ranges[i])
+		em, ds := expectEmit(el, ranges[i], d.schemas.emitNames)
 		diags = append(diags, ds...)
 		out = append(out, em)
 	}
 	return out, diags
 }
 
-func expectEmit(v cty.Value, rng hcl.Range) (TestEmit, hcl.Diagnostics) {
+// expectEmit decodes one expected emit; emitKinds are the registered emit kinds' names.
+func expectEmit(v cty.Value, rng hcl.Range, emitKinds []string) (TestEmit, hcl.Diagnostics) {
 	var em TestEmit
 	var diags hcl.Diagnostics
 	bad := func(detail string) {
@@ -207,11 +209,7 @@ func expectEmit(v cty.Value, rng hcl.Range) (TestEmit, hcl.Diagnostics) {
 	}
 	em.Kind = str("kind")
 	if em.Kind != "" {
-		known := false
-		for _, k := range emitKinds {
-			known = known || k == em.Kind
-		}
-		if !known {
+		if _, known := transports.LookupEmit(em.Kind); !known {
 			bad(fmt.Sprintf("There is no emit kind %q.%s Emit kinds are %s.",
 				em.Kind, didYouMean(em.Kind, emitKinds), quoteList(emitKinds, "and")))
 		}
@@ -297,8 +295,8 @@ func resolveTest(t *Test, pipelines map[string]*Pipeline) hcl.Diagnostics {
 			Subject: t.pipelineRange.Ptr(),
 		}}
 	}
-	if !t.keySet && pl.Source != nil {
-		t.Message.Key = pl.Source.NaturalKey()
+	if !t.keySet && pl.Source != nil && pl.Source.Config != nil {
+		t.Message.Key = pl.Source.Config.NaturalKey()
 	}
 	return nil
 }
