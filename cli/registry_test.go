@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
 
 	"github.com/flowrun/flowrun/cli"
 	"github.com/flowrun/flowrun/engine"
@@ -26,9 +28,10 @@ import (
 func init() {
 	transports.Register(transports.Kind{
 		Name: "sequence",
-		Schema: hcl.BodySchema{Attributes: []hcl.AttributeSchema{
-			{Name: "key", Required: true}, {Name: "count"},
-		}},
+		Schema: hcl.BodySchema{
+			Attributes: []hcl.AttributeSchema{{Name: "key", Required: true}, {Name: "count"}},
+			Blocks:     []hcl.BlockHeaderSchema{{Type: "header", LabelNames: []string{"name"}}},
+		},
 		PipelineAttrs: []transports.PipelineAttr{{Name: "sequence_step", AppliesTo: "a sequence source"}},
 		New:           func() transports.Config { return &sequenceConfig{} },
 	})
@@ -41,11 +44,12 @@ func init() {
 	})
 }
 
-// sequenceConfig is `source "sequence" { key = "…", count = N }` with the pipeline's
-// sequence_step: messages whose payloads are step, 2·step, … count·step.
+// sequenceConfig is `source "sequence" { key = "…", count = N, header "NAME" { value = "…" } }`
+// with the pipeline's sequence_step: messages whose payloads are step, 2·step, … count·step.
 type sequenceConfig struct {
 	Key         string
 	Count, Step int
+	Headers     map[string]string
 }
 
 var (
@@ -60,6 +64,18 @@ func (c *sequenceConfig) Decode(b *transports.Block) {
 	c.Step = 1
 	b.PipelineAttrs().Count("sequence_step", &c.Step)
 	b.RejectDeadLetterKey(c.Key)
+	c.Headers = map[string]string{}
+	for _, h := range b.Body.Blocks {
+		attrs, diags := h.Body.JustAttributes()
+		b.Report(diags...)
+		for _, a := range attrs {
+			v, diags := a.Expr.Value(b.EvalContext)
+			b.Report(diags...)
+			if !diags.HasErrors() && v.Type() == cty.String {
+				c.Headers[h.Labels[0]] = v.AsString()
+			}
+		}
+	}
 }
 
 func (c *sequenceConfig) NaturalKey() string                { return c.Key }
@@ -80,7 +96,7 @@ type sequence struct{ c sequenceConfig }
 func (s *sequence) Receive(ctx context.Context, feed engine.Feed) error {
 	for i := 1; i <= s.c.Count; i++ {
 		d := &engine.Delivery{Message: engine.Message{
-			Key: s.c.Key, Headers: map[string]string{}, Payload: []byte(strconv.Itoa(i * s.c.Step)),
+			Key: s.c.Key, Headers: maps.Clone(s.c.Headers), Payload: []byte(strconv.Itoa(i * s.c.Step)),
 		}}
 		if !feed.Push(ctx, []*engine.Delivery{d}) {
 			return ctx.Err()
@@ -147,6 +163,9 @@ pipeline "count" {
   source "sequence" {
     key   = "numbers"
     count = 3
+    header "from" {
+      value = "sequence"
+    }
   }
   sequence_step = 2
   concurrency   = 1
@@ -155,7 +174,8 @@ pipeline "count" {
       key = "seen"
     }
     emit "record" {
-      key = "out"
+      key     = "out"
+      headers = { from = "headers['from']" }
     }
     outcome = "ack"
   }
@@ -184,7 +204,7 @@ test "the key defaults to the source's" {
 	if code != cli.ExitOK {
 		t.Fatalf("run: exit %d, stderr %q", code, errs)
 	}
-	if got := strings.Count(out, `"key":"out"`); got != 3 {
+	if got := strings.Count(out, `{"key":"out","headers":{"from":"sequence"}`); got != 3 {
 		t.Errorf("run: %d records on stdout, want 3:\n%s", got, out)
 	}
 	if got := strings.Join(memory.payloads(), " "); got != "seen=2 seen=4 seen=6" {
@@ -221,6 +241,7 @@ pipeline "b" {
   source "stream" {
     stream = "s"
     count  = 3
+    header "h" {}
   }
   sequence_step = 2
   rule "r" {
@@ -249,15 +270,19 @@ F:13:5: error: Unsupported argument: "count" is not valid on a stream source; it
     count  = 3
     ^~~~~
 
-F:15:3: error: Unsupported argument: "sequence_step" only applies to a sequence source; this pipeline's source is a stream source.
+F:14:5: error: Unsupported block type: A header block is not valid on a stream source; it is taken by "sequence" sources.
+    header "h" {}
+    ^~~~~~~~~~
+
+F:16:3: error: Unsupported argument: "sequence_step" only applies to a sequence source; this pipeline's source is a stream source.
   sequence_step = 2
   ^~~~~~~~~~~~~
 
-F:19:7: error: Unsupported argument: "redis" only applies to stream, list and pubsub emits; a memory goes to this test's memory.
+F:20:7: error: Unsupported argument: "redis" only applies to stream, list and pubsub emits; a memory goes to this test's memory.
       redis = "main"
       ^~~~~
 
-F:25:10: error: Unknown source kind: There is no source kind "sequense". Did you mean "sequence"? Source kinds are "stream", "claiming", "reclaim", "list", "pubsub", "file", "pipe" and "sequence".
+F:26:10: error: Unknown source kind: There is no source kind "sequense". Did you mean "sequence"? Source kinds are "stream", "claiming", "reclaim", "list", "pubsub", "file", "pipe" and "sequence".
   source "sequense" {}
          ^~~~~~~~~~
 `, "F:", path+":")
