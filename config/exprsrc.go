@@ -35,7 +35,7 @@ func (d *fileDecoder) exprSource(expr hcl.Expression, name string) (exprSource, 
 			return es, nil
 		}
 	}
-	v, diags := expr.Value(d.Ctx)
+	v, diags := expr.Value(d.ctx)
 	if diags.HasErrors() {
 		return es, diags
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
 
-	"github.com/flowrun/flowrun/internal/hclutil"
 	"github.com/flowrun/flowrun/transports"
 )
 
@@ -146,10 +145,10 @@ func (p *parser) loadFile(name string) (*fileConfig, hcl.Diagnostics) {
 		dir = abs
 	}
 	d := &fileDecoder{
-		Decoder:  hclutil.Decoder{Ctx: evalContext(dir)},
 		filename: name,
 		dir:      dir,
 		src:      f.Bytes,
+		ctx:      evalContext(dir),
 		schemas:  p.schemas,
 		consumer: p.consumer,
 		override: p.override,
@@ -158,13 +157,12 @@ func (p *parser) loadFile(name string) (*fileConfig, hcl.Diagnostics) {
 	return fc, append(diags, ds...)
 }
 
-// fileDecoder decodes the blocks of one file; its embedded Decoder evaluates attributes with the
-// file's functions.
+// fileDecoder decodes the blocks of one file.
 type fileDecoder struct {
-	hclutil.Decoder
 	filename string
 	dir      string // absolute; relative paths in the file are resolved against it
 	src      []byte
+	ctx      *hcl.EvalContext
 	schemas  *schemas
 	consumer string
 	override bool

@@ -86,11 +86,11 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 	}
 
 	attrs := content.Attributes
-	opt(attrs, "concurrency", d.Count, &pl.Concurrency, &diags)
-	opt(attrs, "max_attempts", d.Count, &pl.MaxAttempts, &diags)
-	opt(attrs, "dead_letter", d.NonEmpty, &pl.DeadLetter, &diags)
-	opt(attrs, "shutdown_timeout", d.NonNegativeDuration, &pl.ShutdownTimeout, &diags)
-	opt(attrs, "max_held", d.Count, &pl.MaxHeld, &diags)
+	opt(attrs, "concurrency", d.count, &pl.Concurrency, &diags)
+	opt(attrs, "max_attempts", d.count, &pl.MaxAttempts, &diags)
+	opt(attrs, "dead_letter", d.nonEmpty, &pl.DeadLetter, &diags)
+	opt(attrs, "shutdown_timeout", d.nonNegativeDuration, &pl.ShutdownTimeout, &diags)
+	opt(attrs, "max_held", d.count, &pl.MaxHeld, &diags)
 
 	// A rule set or a handler, exactly one of them.
 	switch {
@@ -256,7 +256,7 @@ func (d *fileDecoder) decodeEmitBlock(block *hcl.Block) (*rules.EmitSpec, *emitR
 	e := &rules.EmitSpec{Target: engine.Target{Kind: kind}}
 	attrs := content.Attributes
 
-	if !opt(attrs, "key", d.NonEmpty, &e.Key, &diags) {
+	if !opt(attrs, "key", d.nonEmpty, &e.Key, &diags) {
 		diags = append(diags, missingArg(block, "key", "in an emit block"))
 	}
 	if a, ok := attrs["payload"]; ok {
@@ -278,7 +278,7 @@ func (d *fileDecoder) decodeEmitBlock(block *hcl.Block) (*rules.EmitSpec, *emitR
 			diags = append(diags, notHere(a, fmt.Sprintf(`"path" only applies to %s; this emit is %s %s.`,
 				d.schemas.emitsTaking(func(e transports.EmitKind) bool { return e.Path }), article(kind), kind)))
 		} else {
-			v, ds := d.NonEmpty(a)
+			v, ds := d.nonEmpty(a)
 			diags = append(diags, ds...)
 			if !ds.HasErrors() {
 				e.Target.Path = resolvePath(d.dir, v)
@@ -300,7 +300,7 @@ func (d *fileDecoder) decodeEmitBlock(block *hcl.Block) (*rules.EmitSpec, *emitR
 	case ek.Redis:
 		ref = &emitRef{declRange: block.DefRange}
 		if hasRedis {
-			v, ds := d.NonEmpty(a)
+			v, ds := d.nonEmpty(a)
 			diags = append(diags, ds...)
 			ref.name, ref.nameRange = v, a.Expr.Range()
 		}
@@ -317,7 +317,7 @@ func (d *fileDecoder) decodeEmitHeaders(attr *hcl.Attribute, e *rules.EmitSpec) 
 	e.Headers = map[string]*rules.Value{}
 	seen := map[string]hcl.Range{}
 	for _, p := range pairs {
-		kv, ds := p.Key.Value(d.Ctx)
+		kv, ds := p.Key.Value(d.ctx)
 		diags = append(diags, ds...)
 		if ds.HasErrors() {
 			continue
@@ -377,6 +377,6 @@ func (d *fileDecoder) decodeHandlerBlock(block *hcl.Block) (*Handler, hcl.Diagno
 			Subject:  block.LabelRanges[0].Ptr(),
 		}}
 	}
-	cfg, diags := p.Decode(block.Body, d.Ctx, block.DefRange)
+	cfg, diags := p.Decode(block.Body, d.ctx, block.DefRange)
 	return &Handler{Name: name, Plugin: p, Config: cfg, DeclRange: block.DefRange}, diags
 }

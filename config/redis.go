@@ -36,7 +36,7 @@ func (d *fileDecoder) decodeRedisBlock(block *hcl.Block) (*Redis, hcl.Diagnostic
 	var forms []namedRange
 	if a, ok := content.Attributes["url"]; ok {
 		forms = append(forms, namedRange{"url", a.NameRange})
-		s, ds := d.NonEmpty(a)
+		s, ds := d.nonEmpty(a)
 		diags = append(diags, ds...)
 		if !ds.HasErrors() {
 			if u, err := url.Parse(s); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
@@ -48,7 +48,7 @@ func (d *fileDecoder) decodeRedisBlock(block *hcl.Block) (*Redis, hcl.Diagnostic
 	}
 	if a, ok := content.Attributes["cluster"]; ok {
 		forms = append(forms, namedRange{"cluster", a.NameRange})
-		l, ds := d.StrList(a)
+		l, ds := d.strList(a)
 		diags = append(diags, ds...)
 		r.Cluster = l
 	}
@@ -95,22 +95,22 @@ func (d *fileDecoder) decodeRedisBlock(block *hcl.Block) (*Redis, hcl.Diagnostic
 		})
 	}
 
-	opt(content.Attributes, "username", d.Str, &r.Username, &diags)
-	opt(content.Attributes, "password", d.Str, &r.Password, &diags)
+	opt(content.Attributes, "username", d.str, &r.Username, &diags)
+	opt(content.Attributes, "password", d.str, &r.Password, &diags)
 	return r, diags
 }
 
 func (d *fileDecoder) decodeSentinelBlock(block *hcl.Block) (*Sentinel, hcl.Diagnostics) {
 	s := &Sentinel{}
 	content, diags := block.Body.Content(sentinelSchema)
-	if !opt(content.Attributes, "master", d.NonEmpty, &s.Master, &diags) {
+	if !opt(content.Attributes, "master", d.nonEmpty, &s.Master, &diags) {
 		diags = append(diags, missingArg(block, "master", "in a sentinel block"))
 	}
-	if !opt(content.Attributes, "addrs", d.StrList, &s.Addrs, &diags) {
+	if !opt(content.Attributes, "addrs", d.strList, &s.Addrs, &diags) {
 		diags = append(diags, missingArg(block, "addrs", "in a sentinel block"))
 	}
-	opt(content.Attributes, "username", d.Str, &s.Username, &diags)
-	opt(content.Attributes, "password", d.Str, &s.Password, &diags)
+	opt(content.Attributes, "username", d.str, &s.Username, &diags)
+	opt(content.Attributes, "password", d.str, &s.Password, &diags)
 	return s, diags
 }
 
@@ -119,7 +119,7 @@ func (d *fileDecoder) decodeTLSBlock(block *hcl.Block) (*TLS, hcl.Diagnostics) {
 	content, diags := block.Body.Content(tlsSchema)
 	path := func(name string, dst *string) {
 		if a, ok := content.Attributes[name]; ok {
-			v, ds := d.NonEmpty(a)
+			v, ds := d.nonEmpty(a)
 			diags = append(diags, ds...)
 			if !ds.HasErrors() {
 				*dst = resolvePath(d.dir, v)
@@ -129,8 +129,8 @@ func (d *fileDecoder) decodeTLSBlock(block *hcl.Block) (*TLS, hcl.Diagnostics) {
 	path("ca_file", &t.CAFile)
 	path("cert_file", &t.CertFile)
 	path("key_file", &t.KeyFile)
-	opt(content.Attributes, "server_name", d.Str, &t.ServerName, &diags)
-	opt(content.Attributes, "insecure_skip_verify", d.Bool, &t.InsecureSkipVerify, &diags)
+	opt(content.Attributes, "server_name", d.str, &t.ServerName, &diags)
+	opt(content.Attributes, "insecure_skip_verify", d.boolean, &t.InsecureSkipVerify, &diags)
 	_, hasCert := content.Attributes["cert_file"]
 	_, hasKey := content.Attributes["key_file"]
 	if hasCert && !hasKey {

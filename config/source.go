@@ -155,7 +155,7 @@ func (d *fileDecoder) decodeSourceBlock(block *hcl.Block) (*Source, *hcl.BodyCon
 
 	s := &Source{Kind: kind, DeclRange: block.DefRange, kind: k}
 	if a, ok := content.Attributes["redis"]; ok {
-		v, ds := d.NonEmpty(a)
+		v, ds := d.nonEmpty(a)
 		diags = append(diags, ds...)
 		s.Redis, s.redisRange = v, a.Expr.Range()
 		delete(content.Attributes, "redis")
@@ -208,7 +208,7 @@ func (d *fileDecoder) decodeSourceConfig(pl *Pipeline, sourceBlock *hcl.Block, c
 		Dir:              d.dir,
 		Consumer:         d.consumer,
 		ConsumerOverride: d.override,
-		EvalContext:      d.Ctx,
+		EvalContext:      d.ctx,
 	}
 	src.Config = src.kind.New()
 	src.Config.Decode(b)

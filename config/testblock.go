@@ -34,7 +34,7 @@ func (d *fileDecoder) decodeTestBlock(block *hcl.Block) (*Test, hcl.Diagnostics)
 	content, diags := block.Body.Content(testSchema)
 
 	if a, ok := content.Attributes["pipeline"]; ok {
-		v, ds := d.NonEmpty(a)
+		v, ds := d.nonEmpty(a)
 		diags = append(diags, ds...)
 		t.Pipeline, t.pipelineRange = v, a.Expr.Range()
 	} else {
@@ -76,7 +76,7 @@ func (d *fileDecoder) decodeTestMessage(block *hcl.Block, t *Test) hcl.Diagnosti
 	content, diags := block.Body.Content(messageSchema)
 	m := &t.Message
 	if a, ok := content.Attributes["payload"]; ok {
-		v, ds := d.Value(a, cty.DynamicPseudoType, "a string or a JSON-like value")
+		v, ds := d.value(a, cty.DynamicPseudoType, "a string or a JSON-like value")
 		diags = append(diags, ds...)
 		if v != cty.NilVal {
 			p, err := payloadText(v)
@@ -87,7 +87,7 @@ func (d *fileDecoder) decodeTestMessage(block *hcl.Block, t *Test) hcl.Diagnosti
 		}
 	}
 	if a, ok := content.Attributes["headers"]; ok {
-		v, ds := d.Value(a, cty.Map(cty.String), "a map of strings")
+		v, ds := d.value(a, cty.Map(cty.String), "a map of strings")
 		diags = append(diags, ds...)
 		if v != cty.NilVal {
 			m.Headers = map[string]string{}
@@ -101,18 +101,18 @@ func (d *fileDecoder) decodeTestMessage(block *hcl.Block, t *Test) hcl.Diagnosti
 		}
 	}
 	if a, ok := content.Attributes["key"]; ok {
-		v, ds := d.Str(a)
+		v, ds := d.str(a)
 		diags = append(diags, ds...)
 		m.Key, t.keySet = v, true
 	}
-	opt(content.Attributes, "attempt", d.Count, &m.Attempt, &diags)
+	opt(content.Attributes, "attempt", d.count, &m.Attempt, &diags)
 	return diags
 }
 
 func (d *fileDecoder) decodeTestExpect(block *hcl.Block, e *TestExpect) hcl.Diagnostics {
 	content, diags := block.Body.Content(expectSchema)
 	if a, ok := content.Attributes["outcome"]; ok {
-		v, ds := d.Str(a)
+		v, ds := d.str(a)
 		diags = append(diags, ds...)
 		if !ds.HasErrors() {
 			o, err := ParseOutcome(v)
@@ -141,7 +141,7 @@ func (d *fileDecoder) decodeTestExpect(block *hcl.Block, e *TestExpect) hcl.Diag
 // decodeExpectEmits decodes `emits = [{ kind = "stream", key = "done", payload = ... }, ...]`,
 // pointing at the element at fault when the list is written out.
 func (d *fileDecoder) decodeExpectEmits(attr *hcl.Attribute) ([]TestEmit, hcl.Diagnostics) {
-	v, diags := d.Value(attr, cty.DynamicPseudoType, "a list of emits")
+	v, diags := d.value(attr, cty.DynamicPseudoType, "a list of emits")
 	if v == cty.NilVal {
 		return nil, diags
 	}

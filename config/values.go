@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
@@ -11,9 +12,44 @@ import (
 	"github.com/flowrun/flowrun/internal/hclutil"
 )
 
-// The value decoders (fileDecoder's embedded hclutil.Decoder: Str, NonEmpty, Bool, Count, …)
-// and the diagnostic constructors are hclutil's, which the transport registry shares, so that
-// a source block's attributes, decoded by its kind, read and fail as the rest of the file does.
+// The value decoders and the diagnostic constructors are hclutil's, which the transport registry
+// shares, so that a source block's attributes, decoded by its kind, read and fail as the rest of
+// the file does.
+
+func (d *fileDecoder) dec() hclutil.Decoder { return hclutil.Decoder{Ctx: d.ctx} }
+
+// value evaluates an attribute; null counts as a type error, since no attribute takes null.
+func (d *fileDecoder) value(attr *hcl.Attribute, want cty.Type, what string) (cty.Value, hcl.Diagnostics) {
+	return d.dec().Value(attr, want, what)
+}
+
+func (d *fileDecoder) str(attr *hcl.Attribute) (string, hcl.Diagnostics) { return d.dec().Str(attr) }
+
+// nonEmpty decodes a string that must not be empty.
+func (d *fileDecoder) nonEmpty(attr *hcl.Attribute) (string, hcl.Diagnostics) {
+	return d.dec().NonEmpty(attr)
+}
+
+func (d *fileDecoder) boolean(attr *hcl.Attribute) (bool, hcl.Diagnostics) { return d.dec().Bool(attr) }
+
+// count decodes a whole number of at least 1 (batch, concurrency, max_attempts, attempt).
+func (d *fileDecoder) count(attr *hcl.Attribute) (int, hcl.Diagnostics) { return d.integer(attr, 1) }
+
+// integer decodes a whole number of at least min.
+func (d *fileDecoder) integer(attr *hcl.Attribute, min int) (int, hcl.Diagnostics) {
+	return d.dec().Integer(attr, min)
+}
+
+// nonNegativeDuration decodes a duration of zero or more (shutdown_timeout).
+func (d *fileDecoder) nonNegativeDuration(attr *hcl.Attribute) (time.Duration, hcl.Diagnostics) {
+	return d.dec().NonNegativeDuration(attr)
+}
+
+// strList decodes a non-empty list of non-empty strings.
+func (d *fileDecoder) strList(attr *hcl.Attribute) ([]string, hcl.Diagnostics) {
+	return d.dec().StrList(attr)
+}
+
 var (
 	typeDiag     = hclutil.TypeDiag
 	invalidValue = hclutil.InvalidValue
