@@ -19,8 +19,7 @@ const (
 
 // Options tune a load.
 type Options struct {
-	// Hostname is the default consumer name of sources that have one (stream, list); ""
-	// means os.Hostname().
+	// Hostname is the default consumer name of stream and list sources; "" means os.Hostname().
 	Hostname string
 	// Consumer, when set, overrides every source's consumer name, written or defaulted
 	// (`flowrun run --consumer`); a list's default processing key follows it.
@@ -132,6 +131,15 @@ type Source struct {
 // IsRedis reports whether the source reads from a redis block.
 func (s *Source) IsRedis() bool { return s.kind.Redis }
 
+// NaturalKey is the key messages of this source usually carry, as its kind says
+// (transports.Config.NaturalKey); "" when there is none.
+func (s *Source) NaturalKey() string {
+	if s.Config == nil {
+		return ""
+	}
+	return s.Config.NaturalKey()
+}
+
 // Handler is a pipeline's `handler "NAME"` block: a compiled Go handler and its decoded config.
 type Handler struct {
 	Name      string
@@ -150,12 +158,11 @@ type Test struct {
 	ExpectRange hcl.Range
 	DeclRange   hcl.Range
 
-	keySet        bool      // message key written; else it defaults to the source's natural key
+	keySet        bool      // message key written; else it defaults to the source's NaturalKey
 	pipelineRange hcl.Range // the pipeline attribute's value
 }
 
-// TestMessage is a test's `message {}`. Key defaults to the source's natural key
-// (transports.Config.NaturalKey).
+// TestMessage is a test's `message {}`. Key defaults to the source's NaturalKey.
 type TestMessage struct {
 	Key     string
 	Payload []byte // a string as its bytes, any other value as its JSON text

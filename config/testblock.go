@@ -10,7 +10,6 @@ import (
 	ctyjson "github.com/zclconf/go-cty/cty/json"
 
 	"github.com/flowrun/flowrun/engine"
-	"github.com/flowrun/flowrun/transports"
 )
 
 var testSchema = &hcl.BodySchema{
@@ -209,7 +208,11 @@ func expectEmit(v cty.Value, rng hcl.Range, emitKinds []string) (TestEmit, hcl.D
 	}
 	em.Kind = str("kind")
 	if em.Kind != "" {
-		if _, known := transports.LookupEmit(em.Kind); !known {
+		known := false
+		for _, k := range emitKinds {
+			known = known || k == em.Kind
+		}
+		if !known {
 			bad(fmt.Sprintf("There is no emit kind %q.%s Emit kinds are %s.",
 				em.Kind, didYouMean(em.Kind, emitKinds), quoteList(emitKinds, "and")))
 		}
@@ -295,8 +298,8 @@ func resolveTest(t *Test, pipelines map[string]*Pipeline) hcl.Diagnostics {
 			Subject: t.pipelineRange.Ptr(),
 		}}
 	}
-	if !t.keySet && pl.Source != nil && pl.Source.Config != nil {
-		t.Message.Key = pl.Source.Config.NaturalKey()
+	if !t.keySet && pl.Source != nil {
+		t.Message.Key = pl.Source.NaturalKey()
 	}
 	return nil
 }
