@@ -1,5 +1,5 @@
 // Package cli is flowrun's command line. It is importable so that a custom binary with its own
-// compiled Go handlers is a main of a few lines:
+// compiled Go handlers, or transports, is a main of a few lines:
 //
 //	package main
 //
@@ -9,6 +9,9 @@
 //	)
 //
 //	func main() { cli.Main() }
+//
+// It imports the built-in handlers (plugins) and transports (transports/builtin) itself, and
+// reaches sources, emits, inspect rows and dead letters only through the transports registry.
 package cli
 
 import (
@@ -25,7 +28,8 @@ import (
 	"syscall"
 
 	"github.com/flowrun/flowrun/internal/handlers"
-	_ "github.com/flowrun/flowrun/plugins" // the built-in handlers: log, http and exec
+	_ "github.com/flowrun/flowrun/plugins"            // the built-in handlers: log, http and exec
+	_ "github.com/flowrun/flowrun/transports/builtin" // the built-in sources and emits
 )
 
 // Version and Commit are set at build time with -ldflags "-X github.com/flowrun/flowrun/cli.Version=…".

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -16,8 +14,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/config"
+	"github.com/flowrun/flowrun/transports"
 	"github.com/flowrun/flowrun/transports/redisconn"
-	"github.com/flowrun/flowrun/transports/redisstream"
 )
 
 // adminPingTimeout bounds how long inspect and dlq wait for a Redis server before they give up
@@ -29,7 +27,7 @@ const adminPingTimeout = 3 * time.Second
 type inspectRow struct {
 	Pipeline string `json:"pipeline"`
 	Source   string `json:"source"` // the source kind
-	Key      string `json:"key"`    // stream, list, channels or patterns, file path, "stdin"
+	Key      string `json:"key"`    // what the source reads: a stream, a list, channels, a file, "stdin"
 	Group    string `json:"group,omitempty"`
 
 	Length              *int64  `json:"length"`
@@ -111,116 +109,30 @@ func cmdInspect(ctx context.Context, args []string, stdio Stdio) int {
 	return code
 }
 
-// inspectPipeline reads one pipeline's numbers. On an error it returns what it has so far.
+// inspectPipeline reads one pipeline's numbers through its source's kind (transports.Inspector).
+// On an error it returns what it has so far.
 func inspectPipeline(ctx context.Context, conns *adminConns, p *config.Pipeline) (inspectRow, error) {
 	s := p.Source
-	row := inspectRow{Pipeline: p.Name, Source: s.Kind, Key: sourceKey(s)}
-	if !s.IsRedis() {
-		return row, nil // file and pipe: nothing in Redis to count (see the README)
+	row := inspectRow{Pipeline: p.Name, Source: s.Kind}
+	in, ok := s.Config.(transports.Inspector)
+	if !ok {
+		return row, nil
 	}
-	c, err := conns.get(ctx, s.Redis)
-	if err != nil {
-		return row, err
+	st, err := in.Inspect(ctx, conns.env(ctx, s.Redis))
+	row.Key, row.Group = st.Key, st.Group
+	row.Length, row.Lag, row.Pending, row.lagUnknown = st.Length, st.Lag, st.Pending, st.LagUnknown
+	if st.OldestPendingIdle != nil {
+		row.OldestPendingIdleMS = ptrTo(st.OldestPendingIdle.Milliseconds())
 	}
-	err = inspectRedis(ctx, c, p, &row)
+	row.Processing, row.DelayKey, row.Delayed = st.Processing, st.DelayKey, st.Delayed
+	if st.NextDue != nil {
+		row.NextDue = ptrTo(st.NextDue.UTC().Format(time.RFC3339))
+	}
+	row.DeadLetter, row.DeadLetters = st.DeadLetter, st.DeadLetters
 	return row, conns.redact(s.Redis, err)
 }
 
-// inspectRedis fills row with a Redis source's numbers.
-func inspectRedis(ctx context.Context, c redis.UniversalClient, p *config.Pipeline, row *inspectRow) error {
-	s := p.Source
-	switch {
-	case s.IsStream():
-		row.Group = s.Group
-		st, err := redisstream.ReadStats(ctx, c, s.Stream, s.Group)
-		if err != nil {
-			return err
-		}
-		row.Length = &st.Length
-		row.Pending = ptrTo(int64(0))
-		if st.GroupExists {
-			row.Pending = &st.Pending
-			if st.Lag >= 0 {
-				row.Lag = &st.Lag
-			} else {
-				row.lagUnknown = true
-			}
-			if st.Pending > 0 {
-				row.OldestPendingIdleMS = ptrTo(st.OldestIdle.Milliseconds())
-			}
-		}
-		if p.DelayedRetry == config.DelayedRetryDurableZSet && p.DelayKey != "" {
-			row.DelayKey = p.DelayKey
-			d, err := redisstream.ReadDelayStats(ctx, c, p.DelayKey)
-			if err != nil {
-				return err
-			}
-			row.Delayed = &d.Size
-			if !d.NextDue.IsZero() {
-				row.NextDue = ptrTo(d.NextDue.UTC().Format(time.RFC3339))
-			}
-		}
-	case s.Kind == config.KindList:
-		n, err := c.LLen(ctx, s.Key).Result()
-		if err != nil {
-			return fmt.Errorf("llen %s: %w", s.Key, err)
-		}
-		row.Length = &n
-		if s.Reliable && s.Processing != "" {
-			row.Processing = s.Processing
-			n, err := c.LLen(ctx, s.Processing).Result()
-			if err != nil {
-				return fmt.Errorf("llen %s: %w", s.Processing, err)
-			}
-			row.Pending = &n
-		}
-	}
-
-	if p.DeadLetter != "" {
-		row.DeadLetter = p.DeadLetter
-		var (
-			n   int64
-			err error
-		)
-		if s.Kind == config.KindList {
-			n, err = c.LLen(ctx, p.DeadLetter).Result()
-		} else { // stream sources and pubsub dead-letter to a stream (SPEC §5)
-			n, err = c.XLen(ctx, p.DeadLetter).Result()
-		}
-		if err != nil {
-			return fmt.Errorf("dead letters %s: %w", p.DeadLetter, err)
-		}
-		row.DeadLetters = &n
-	}
-	return nil
-}
-
 func ptrTo[T any](v T) *T { return &v }
-
-// sourceKey names what a source reads, for the KEY column.
-func sourceKey(s *config.Source) string {
-	switch s.Kind {
-	case config.KindStream, config.KindClaiming, config.KindReclaim:
-		return s.Stream
-	case config.KindList:
-		return s.Key
-	case config.KindPubSub:
-		if len(s.Patterns) > 0 {
-			return strings.Join(s.Patterns, ",")
-		}
-		return strings.Join(s.Channels, ",")
-	case config.KindFile:
-		if wd, err := os.Getwd(); err == nil {
-			if rel, err := filepath.Rel(wd, s.Path); err == nil && !strings.HasPrefix(rel, "..") {
-				return rel
-			}
-		}
-		return s.Path
-	case config.KindPipe:
-		return "stdin"
-	}
-	return ""
-}
 
 func writeInspectTable(w io.Writer, rows []inspectRow) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -301,6 +213,16 @@ func (a *adminConns) get(ctx context.Context, name string) (redis.UniversalClien
 	a.clients[name] = c
 	a.secrets[name] = redisOptions(a.cfg.RedisBlock(name)).Secrets()
 	return c, nil
+}
+
+// env is what a source's kind gets for inspect and dlq: these clients, connected under ctx.
+func (a *adminConns) env(ctx context.Context, redisBlock string) *transports.Env {
+	return &transports.Env{
+		Logger:     zerolog.Nop(),
+		RedisBlock: redisBlock,
+		Redis:      func(name string) (redis.UniversalClient, error) { return a.get(ctx, name) },
+		OnClose:    func(func() error) {},
+	}
 }
 
 // redact removes the block's passwords from err.

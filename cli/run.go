@@ -16,6 +16,7 @@ import (
 
 	"github.com/flowrun/flowrun/config"
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/transports"
 	"github.com/flowrun/flowrun/transports/redisconn"
 )
 
@@ -112,7 +113,7 @@ func selectPipelines(cfg *config.Config, names []string) ([]*config.Pipeline, hc
 	}
 	var stdin *config.Pipeline
 	for _, p := range selected {
-		if p.Source.Kind != "pipe" {
+		if r, ok := p.Source.Config.(transports.StdinReader); !ok || !r.ReadsStdin() {
 			continue
 		}
 		if stdin != nil {

@@ -12,8 +12,7 @@ import (
 	"github.com/flowrun/flowrun/config"
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/handlers"
-	"github.com/flowrun/flowrun/transports/file"
-	"github.com/flowrun/flowrun/transports/pipe"
+	"github.com/flowrun/flowrun/transports"
 )
 
 // wiring turns a validated configuration into running parts: sources, handlers, sinks and the
@@ -48,7 +47,7 @@ func (w *wiring) pipelines(ctx context.Context, selected []*config.Pipeline) ([]
 	out := make([]*engine.Pipeline, 0, len(selected))
 	for _, p := range selected {
 		log := w.log.With().Str(engine.FieldPipeline, p.Name).Str(engine.FieldSource, p.Source.Kind).Logger()
-		src, err := w.source(p, log)
+		src, err := p.Source.Config.Build(ctx, w.env(log, p.Source.Redis))
 		if err != nil {
 			return nil, fmt.Errorf("pipeline %s: %w", p.Name, err)
 		}
@@ -93,31 +92,27 @@ func (w *wiring) goHandler(ctx context.Context, p *config.Pipeline, log zerolog.
 	return h, nil
 }
 
-func (w *wiring) source(p *config.Pipeline, log zerolog.Logger) (engine.Source, error) {
-	s := p.Source
-	switch s.Kind {
-	case config.KindFile:
-		return file.New(file.Options{Path: s.Path, Key: s.Key, DeadLetter: p.DeadLetter, Follow: s.Follow, Checkpoint: s.Checkpoint, Batch: s.Batch}, log)
-	case config.KindPipe:
-		return pipe.New(pipe.Options{Key: s.Key, OutRetry: p.OutRetry, Batch: s.Batch}, w.stdio.In, w.stdout, log), nil
+// env is what a source's kind or an emit kind gets to build with: the standard streams (stdout
+// shared by every writer of records), the Redis clients of this wiring, and its closers.
+func (w *wiring) env(log zerolog.Logger, redisBlock string) *transports.Env {
+	return &transports.Env{
+		Logger:     log,
+		Stdin:      w.stdio.In,
+		Stdout:     w.stdout,
+		RedisBlock: redisBlock,
+		Redis:      w.client,
+		OnClose:    w.onClose,
 	}
-	return w.redisSource(p, log)
 }
 
-// sink resolves an emit target (engine.SinkResolver); the engine caches the result.
+// sink resolves an emit target (engine.SinkResolver) through its emit kind; the engine caches
+// the result.
 func (w *wiring) sink(t engine.Target) (engine.Sink, error) {
-	if t.Kind == "record" {
-		if t.Path == "" {
-			return codec.NewRecordSink(w.stdout), nil
-		}
-		a, err := codec.OpenFileAppender(t.Path)
-		if err != nil {
-			return nil, err
-		}
-		w.onClose(a.Close)
-		return a, nil
+	ek, ok := transports.LookupEmit(t.Kind)
+	if !ok {
+		return nil, fmt.Errorf("unknown emit kind %q", t.Kind)
 	}
-	return w.redisSink(t)
+	return ek.Sink(t, w.env(w.log, ""))
 }
 
 // onClose registers f to run at close. After close (a client whose slow first connection

@@ -6,14 +6,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/config"
-	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/transports/redisconn"
-	"github.com/flowrun/flowrun/transports/redislist"
-	"github.com/flowrun/flowrun/transports/redispubsub"
-	"github.com/flowrun/flowrun/transports/redisstream"
 )
 
 // client returns the client of a redis block, creating it on first use. An authentication or
@@ -88,44 +83,4 @@ func redisOptions(b *config.Redis) redisconn.Options {
 		o.TLS = &redisconn.TLSOptions{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
 	}
 	return o
-}
-
-func (w *wiring) redisSource(p *config.Pipeline, log zerolog.Logger) (engine.Source, error) {
-	s := p.Source
-	c, err := w.client(s.Redis)
-	if err != nil {
-		return nil, err
-	}
-	switch s.Kind {
-	case config.KindStream, config.KindClaiming, config.KindReclaim:
-		return redisstream.New(c, redisstream.Options{
-			Kind: s.Kind, Stream: s.Stream, Group: s.Group, Consumer: s.Consumer, Start: s.Start,
-			MinIdle: s.MinIdle, Batch: s.Batch, Block: s.Block,
-			DelayedRetry: p.DelayedRetry, DelayKey: p.DelayKey,
-		}, log)
-	case config.KindList:
-		return redislist.New(c, redislist.Options{
-			Key: s.Key, Reliable: s.Reliable, Consumer: s.Consumer, Processing: s.Processing,
-			Batch: s.Batch, Block: s.Block,
-		}, log)
-	case config.KindPubSub:
-		return redispubsub.New(c, redispubsub.Options{Channels: s.Channels, Patterns: s.Patterns, RetryTo: p.RetryTo}, log)
-	}
-	return nil, fmt.Errorf("unknown source kind %q", s.Kind)
-}
-
-func (w *wiring) redisSink(t engine.Target) (engine.Sink, error) {
-	c, err := w.client(t.Redis)
-	if err != nil {
-		return nil, err
-	}
-	switch t.Kind {
-	case config.EmitStream:
-		return redisstream.NewSink(c), nil
-	case config.EmitList:
-		return redislist.NewSink(c), nil
-	case config.EmitPubSub:
-		return redispubsub.NewSink(c), nil
-	}
-	return nil, fmt.Errorf("unknown emit kind %q", t.Kind)
 }

@@ -101,7 +101,7 @@ pipeline "p" {
 	slowDone := make(chan error, 2)
 	for range 2 { // two callers of the slow block: one opens it, the other waits for that
 		go func() {
-			_, err := w.sink(engine.Target{Kind: config.EmitStream, Redis: "slow"})
+			_, err := w.sink(engine.Target{Kind: "stream", Redis: "slow"})
 			slowDone <- err
 		}()
 	}
@@ -112,7 +112,7 @@ pipeline "p" {
 	}
 
 	start := time.Now()
-	if _, err := w.sink(engine.Target{Kind: config.EmitStream, Redis: "fast"}); err != nil {
+	if _, err := w.sink(engine.Target{Kind: "stream", Redis: "fast"}); err != nil {
 		t.Fatalf("fast sink: %v", err)
 	}
 	if el := time.Since(start); el > time.Second {

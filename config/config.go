@@ -8,38 +8,11 @@ import (
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/handlers"
 	"github.com/flowrun/flowrun/rules"
+	"github.com/flowrun/flowrun/transports"
 )
 
-// Source kinds (SPEC §2).
+// Defaults (SPEC §2, §5).
 const (
-	KindStream   = "stream"
-	KindClaiming = "claiming"
-	KindReclaim  = "reclaim"
-	KindList     = "list"
-	KindPubSub   = "pubsub"
-	KindFile     = "file"
-	KindPipe     = "pipe"
-)
-
-// Emit kinds (SPEC §7).
-const (
-	EmitStream = "stream"
-	EmitList   = "list"
-	EmitPubSub = "pubsub"
-	EmitRecord = "record"
-)
-
-// delayed_retry values (SPEC §5).
-const (
-	DelayedRetryRuntime     = "runtime"
-	DelayedRetryDurableZSet = "durable_zset"
-)
-
-// Defaults (SPEC §2).
-const (
-	DefaultBatch           = 100
-	DefaultBlock           = time.Second
-	DefaultStart           = "0"
 	DefaultShutdownTimeout = 30 * time.Second
 	DefaultMaxHeld         = 10000 // runtime delayed copies held at once (SPEC §5)
 )
@@ -128,12 +101,8 @@ type Pipeline struct {
 	Concurrency     int           // default runtime.NumCPU()
 	MaxAttempts     int           // 0: no cap
 	DeadLetter      string        // "": none
-	DelayedRetry    string        // DelayedRetryRuntime (default) or DelayedRetryDurableZSet
-	DelayKey        string        // durable_zset only; default "<stream>:delayed"
 	ShutdownTimeout time.Duration // default 30s
 	MaxHeld         int           // runtime delayed copies held at once; default 10000
-	OutRetry        string        // pipe only (required there)
-	RetryTo         string        // pubsub with patterns only
 	Rules           *rules.RuleSet
 	Handler         *Handler
 	// CanRetry is true when a rule's outcome or the otherwise expression may produce retry or
@@ -141,66 +110,34 @@ type Pipeline struct {
 	CanRetry  bool
 	DeclRange hcl.Range
 
-	emitRefs      []emitRef  // emits whose redis block is resolved in the merge pass
-	delayKeyRange *hcl.Range // the delay_key attribute's value; nil when defaulted
+	emitRefs []emitRef // emits whose redis block is resolved in the merge pass
 }
 
-// Source is a pipeline's `source "KIND"` block, with every default applied.
+// Source is a pipeline's `source "KIND"` block. Its kind, registered with package transports,
+// decodes the body (and the pipeline attributes only it takes, such as delayed_retry) into
+// Config, with every default applied; the pipeline attributes of SPEC §2 that a source takes
+// live there.
 type Source struct {
-	Kind  string // KindStream, KindClaiming, ...
-	Redis string // the redis block's name (Redis kinds only), resolved at load time
-
-	// stream, claiming, reclaim
-	Stream   string
-	Group    string // default: the pipeline's name
-	Consumer string // default: the host name (also list)
-	Start    string // "0" (default) or "$"
-	MinIdle  time.Duration
-
-	Batch int           // default 100 (stream sources, list)
-	Block time.Duration // default 1s (stream sources, list)
-
-	// list (Key also file and pipe: "" means every key)
-	Key        string
-	Reliable   bool   // default true
-	Processing string // reliable lists; default "<key>:processing:<consumer>"
-
-	// pubsub: exactly one of them
-	Channels []string
-	Patterns []string
-
-	// file: absolute paths, resolved relative to the HCL file
-	Path       string
-	Follow     bool
-	Checkpoint string
+	Kind   string            // the block's label, a registered kind
+	Redis  string            // the redis block's name, resolved at load time (kinds with Redis)
+	Config transports.Config // what the kind decoded
 
 	DeclRange hcl.Range
 
-	redisRange      hcl.Range  // the redis attribute's value, for an unknown name
-	streamRange     hcl.Range  // the stream attribute's value
-	keyRange        hcl.Range  // the key attribute's value
-	processingRange *hcl.Range // the processing attribute's value; nil when defaulted
+	kind       transports.Kind
+	redisRange hcl.Range // the redis attribute's value, for an unknown name
 }
 
-// IsRedis reports whether the source reads from Redis.
-func (s *Source) IsRedis() bool { return isRedisKind(s.Kind) }
+// IsRedis reports whether the source reads from a redis block.
+func (s *Source) IsRedis() bool { return s.kind.Redis }
 
-// IsStream reports whether the source is a stream source (stream, claiming, reclaim).
-func (s *Source) IsStream() bool { return isStreamKind(s.Kind) }
-
-// NaturalKey is the key messages of this source usually carry: the stream, the list key, the
-// only channel, or the file/pipe key filter ("" when there is none).
+// NaturalKey is the key messages of this source usually carry, as its kind says
+// (transports.Config.NaturalKey); "" when there is none.
 func (s *Source) NaturalKey() string {
-	switch s.Kind {
-	case KindStream, KindClaiming, KindReclaim:
-		return s.Stream
-	case KindPubSub:
-		if len(s.Channels) == 1 {
-			return s.Channels[0]
-		}
+	if s.Config == nil {
 		return ""
 	}
-	return s.Key
+	return s.Config.NaturalKey()
 }
 
 // Handler is a pipeline's `handler "NAME"` block: a compiled Go handler and its decoded config.
@@ -274,16 +211,4 @@ type emitRef struct {
 	name       string // the redis attribute as written; "" when absent
 	nameRange  hcl.Range
 	declRange  hcl.Range
-}
-
-func isRedisKind(kind string) bool {
-	switch kind {
-	case KindStream, KindClaiming, KindReclaim, KindList, KindPubSub:
-		return true
-	}
-	return false
-}
-
-func isStreamKind(kind string) bool {
-	return kind == KindStream || kind == KindClaiming || kind == KindReclaim
 }

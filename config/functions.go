@@ -6,7 +6,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"unicode/utf8"
 
 	"github.com/hashicorp/hcl/v2"
@@ -84,14 +83,6 @@ func fileFunc(dir string) function.Function {
 			return cty.StringVal(string(b)), nil
 		},
 	})
-}
-
-// resolvePath makes p absolute, relative to dir when it is not already.
-func resolvePath(dir, p string) string {
-	if filepath.IsAbs(p) {
-		return filepath.Clean(p)
-	}
-	return filepath.Join(dir, p)
 }
 
 // maxFileFuncSize bounds what file() reads: a config value, not a data set.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
+
+	"github.com/flowrun/flowrun/transports"
 )
 
 // Load reads each PATH (a .hcl file, or a folder read non-recursively in name order, all *.hcl;
@@ -43,12 +45,13 @@ func Load(paths []string, opts Options) (*Config, hcl.Diagnostics) {
 // parser keeps every file it read, for snippets.
 type parser struct {
 	p        *hclparse.Parser
-	consumer string // default consumer name of sources
-	override bool   // consumer overrides names written in sources
+	schemas  *schemas // the registered kinds, read once per load
+	consumer string   // default consumer name of sources
+	override bool     // consumer overrides names written in sources
 }
 
 func newParser(opts Options) *parser {
-	p := &parser{p: hclparse.NewParser(), consumer: opts.Hostname}
+	p := &parser{p: hclparse.NewParser(), schemas: newSchemas(), consumer: opts.Hostname}
 	if opts.Consumer != "" {
 		p.consumer, p.override = opts.Consumer, true
 	}
@@ -146,6 +149,7 @@ func (p *parser) loadFile(name string) (*fileConfig, hcl.Diagnostics) {
 		dir:      dir,
 		src:      f.Bytes,
 		ctx:      evalContext(dir),
+		schemas:  p.schemas,
 		consumer: p.consumer,
 		override: p.override,
 	}
@@ -159,6 +163,7 @@ type fileDecoder struct {
 	dir      string // absolute; relative paths in the file are resolved against it
 	src      []byte
 	ctx      *hcl.EvalContext
+	schemas  *schemas
 	consumer string
 	override bool
 }
@@ -272,6 +277,23 @@ func merge(files []*fileConfig, complete bool) (*Config, hcl.Diagnostics) {
 		diags = append(diags, resolveTest(t, pipelines)...)
 	}
 	return cfg, diags
+}
+
+// checkClusterSlots lets the source's kind check, when its redis block is a Redis Cluster, the
+// keys that must share a hash slot (SPEC §5, §12): the files alone decide it.
+func checkClusterSlots(pl *Pipeline, redis map[string]*Redis) hcl.Diagnostics {
+	src := pl.Source
+	if src == nil || !src.IsRedis() || src.Config == nil {
+		return nil
+	}
+	r := redis[src.Redis]
+	if r == nil || len(r.Cluster) == 0 {
+		return nil
+	}
+	if cc, ok := src.Config.(transports.ClusterChecker); ok {
+		return cc.CheckCluster(r.Name)
+	}
+	return nil
 }
 
 func duplicate(kind, name string, rng, prev hcl.Range) *hcl.Diagnostic {

@@ -16,7 +16,33 @@ import (
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/plugins"
+	"github.com/flowrun/flowrun/transports"
+	"github.com/flowrun/flowrun/transports/file"
+	"github.com/flowrun/flowrun/transports/pipe"
+	"github.com/flowrun/flowrun/transports/redislist"
+	"github.com/flowrun/flowrun/transports/redispubsub"
+	"github.com/flowrun/flowrun/transports/redisstream"
 )
+
+// decoded returns what a built-in kind decoded: its transport's Options, and the dead-letter
+// key it keeps for inspect and dlq.
+func decoded(t *testing.T, c transports.Config) (any, string) {
+	t.Helper()
+	switch c := c.(type) {
+	case *redisstream.Config:
+		return c.Options, c.DeadLetter
+	case *redislist.Config:
+		return c.Options, c.DeadLetter
+	case *redispubsub.Config:
+		return c.Options, c.DeadLetter
+	case *file.Config:
+		return c.Options, c.DeadLetter
+	case *pipe.Config:
+		return c.Options, ""
+	}
+	t.Fatalf("not a built-in kind's config: %T", c)
+	return nil, ""
+}
 
 func abs(t *testing.T, p string) string {
 	t.Helper()
@@ -63,7 +89,9 @@ func TestLoadValid(t *testing.T) {
 
 	type pipelineWant struct {
 		name, file string
-		source     Source
+		source     Source   // Kind and Redis
+		options    any      // what the kind decoded: its transport's Options
+		deadLetter string   // the dead letter the kind keeps for inspect and dlq
 		p          Pipeline // scalar fields only
 		rules      []string // names
 		otherwise  string
@@ -72,55 +100,57 @@ func TestLoadValid(t *testing.T) {
 	wants := []pipelineWant{
 		{
 			name: "payouts", file: main,
-			source: Source{Kind: KindClaiming, Redis: "main", Stream: "payouts", Group: "payouts",
-				Consumer: "worker-1", Start: "0", MinIdle: 30 * time.Second, Batch: 100, Block: time.Second},
-			p: Pipeline{Concurrency: 16, MaxAttempts: 3, DeadLetter: "payouts.dlq", DelayedRetry: "runtime",
+			source: Source{Kind: "claiming", Redis: "main"},
+			options: redisstream.Options{Kind: "claiming", Stream: "payouts", Group: "payouts", Consumer: "worker-1",
+				Start: "0", MinIdle: 30 * time.Second, Batch: 100, Block: time.Second, DelayedRetry: "runtime"},
+			deadLetter: "payouts.dlq",
+			p: Pipeline{Concurrency: 16, MaxAttempts: 3, DeadLetter: "payouts.dlq",
 				ShutdownTimeout: 30 * time.Second, CanRetry: true},
 			rules: []string{"too-large", "gateway-down", "ok"},
 		},
 		{
 			name: "replay", file: pipes,
-			source: Source{Kind: KindFile, Path: filepath.Join(dir, "data/orders.jsonl"), Key: "orders",
+			source: Source{Kind: "file"},
+			options: file.Options{Path: filepath.Join(dir, "data/orders.jsonl"), Key: "orders",
 				Follow: true, Checkpoint: filepath.Join(dir, "data/orders.offset")},
-			p: Pipeline{Concurrency: runtime.NumCPU(), DelayedRetry: "runtime",
-				ShutdownTimeout: 30 * time.Second, CanRetry: true},
+			p:     Pipeline{Concurrency: runtime.NumCPU(), ShutdownTimeout: 30 * time.Second, CanRetry: true},
 			rules: []string{"copy"}, otherwise: "drop",
 		},
 		{
 			name: "stdin", file: pipes,
-			source: Source{Kind: KindPipe},
-			p: Pipeline{Concurrency: runtime.NumCPU(), DelayedRetry: "runtime", OutRetry: "again",
-				ShutdownTimeout: 30 * time.Second, CanRetry: true},
+			source:  Source{Kind: "pipe"},
+			options: pipe.Options{OutRetry: "again"},
+			p:       Pipeline{Concurrency: runtime.NumCPU(), ShutdownTimeout: 30 * time.Second, CanRetry: true},
 			handler: "log",
 		},
 		{
 			name: "queue", file: pipes,
-			source: Source{Kind: KindList, Redis: "main", Key: "jobs", Reliable: true, Consumer: "host1",
+			source: Source{Kind: "list", Redis: "main"},
+			options: redislist.Options{Key: "jobs", Reliable: true, Consumer: "host1",
 				Processing: "jobs:processing:host1", Batch: 100, Block: time.Second},
-			p: Pipeline{Concurrency: runtime.NumCPU(), DelayedRetry: "runtime",
-				ShutdownTimeout: 30 * time.Second},
+			p:     Pipeline{Concurrency: runtime.NumCPU(), ShutdownTimeout: 30 * time.Second},
 			rules: []string{"all"},
 		},
 		{
 			name: "events", file: pipes,
-			source: Source{Kind: KindPubSub, Redis: "main", Patterns: []string{"events.*"}},
-			p: Pipeline{Concurrency: runtime.NumCPU(), DelayedRetry: "runtime", RetryTo: "events.retry",
-				ShutdownTimeout: 30 * time.Second, CanRetry: true},
-			rules: []string{"flaky"},
+			source:  Source{Kind: "pubsub", Redis: "main"},
+			options: redispubsub.Options{Patterns: []string{"events.*"}, RetryTo: "events.retry"},
+			p:       Pipeline{Concurrency: runtime.NumCPU(), ShutdownTimeout: 30 * time.Second, CanRetry: true},
+			rules:   []string{"flaky"},
 		},
 		{
 			name: "news", file: pipes,
-			source: Source{Kind: KindPubSub, Redis: "main", Patterns: []string{"news.*"}},
-			p: Pipeline{Concurrency: runtime.NumCPU(), DelayedRetry: "runtime",
-				ShutdownTimeout: 30 * time.Second},
-			rules: []string{"all"},
+			source:  Source{Kind: "pubsub", Redis: "main"},
+			options: redispubsub.Options{Patterns: []string{"news.*"}},
+			p:       Pipeline{Concurrency: runtime.NumCPU(), ShutdownTimeout: 30 * time.Second},
+			rules:   []string{"all"},
 		},
 		{
 			name: "durable", file: pipes,
-			source: Source{Kind: KindStream, Redis: "main", Stream: "{jobs}", Group: "durable", Consumer: "host1",
-				Start: "0", Batch: 100, Block: time.Second},
-			p: Pipeline{Concurrency: 2, DelayedRetry: "durable_zset", DelayKey: "{jobs}:delayed",
-				ShutdownTimeout: 30 * time.Second, CanRetry: true},
+			source: Source{Kind: "stream", Redis: "main"},
+			options: redisstream.Options{Kind: "stream", Stream: "{jobs}", Group: "durable", Consumer: "host1",
+				Start: "0", Batch: 100, Block: time.Second, DelayedRetry: "durable_zset", DelayKey: "{jobs}:delayed"},
+			p:     Pipeline{Concurrency: 2, ShutdownTimeout: 30 * time.Second, CanRetry: true},
 			rules: []string{"all"},
 		},
 	}
@@ -133,14 +163,15 @@ func TestLoadValid(t *testing.T) {
 			if p.Name != w.name || p.File != w.file {
 				t.Fatalf("pipeline %d: got %q in %q, want %q in %q", i, p.Name, p.File, w.name, w.file)
 			}
-			src := *p.Source
-			src.DeclRange, src.redisRange, src.streamRange, src.keyRange, src.processingRange = hcl.Range{}, hcl.Range{}, hcl.Range{}, hcl.Range{}, nil
-			if !reflect.DeepEqual(src, w.source) {
-				t.Errorf("source:\n got %+v\nwant %+v", src, w.source)
+			if src := p.Source; src.Kind != w.source.Kind || src.Redis != w.source.Redis {
+				t.Errorf("source: got %s on %q, want %s on %q", src.Kind, src.Redis, w.source.Kind, w.source.Redis)
+			}
+			opts, dl := decoded(t, p.Source.Config)
+			if !reflect.DeepEqual(opts, w.options) || dl != w.deadLetter {
+				t.Errorf("source config:\n got %+v, dead letter %q\nwant %+v, dead letter %q", opts, dl, w.options, w.deadLetter)
 			}
 			got := Pipeline{Concurrency: p.Concurrency, MaxAttempts: p.MaxAttempts, DeadLetter: p.DeadLetter,
-				DelayedRetry: p.DelayedRetry, DelayKey: p.DelayKey, ShutdownTimeout: p.ShutdownTimeout,
-				OutRetry: p.OutRetry, RetryTo: p.RetryTo, CanRetry: p.CanRetry}
+				ShutdownTimeout: p.ShutdownTimeout, CanRetry: p.CanRetry}
 			if !reflect.DeepEqual(got, w.p) {
 				t.Errorf("pipeline:\n got %+v\nwant %+v", got, w.p)
 			}
@@ -268,9 +299,15 @@ func TestConsumerOverride(t *testing.T) {
 		"payouts": {"cli", ""},                    // written consumer overridden
 		"queue":   {"cli", "jobs:processing:cli"}, // default processing follows it
 	} {
-		s := cfg.Pipeline(name).Source
-		if s.Consumer != want[0] || s.Processing != want[1] {
-			t.Errorf("%s: consumer %q processing %q, want %q", name, s.Consumer, s.Processing, want)
+		var consumer, processing string
+		switch c := cfg.Pipeline(name).Source.Config.(type) {
+		case *redisstream.Config:
+			consumer = c.Consumer
+		case *redislist.Config:
+			consumer, processing = c.Consumer, c.Processing
+		}
+		if consumer != want[0] || processing != want[1] {
+			t.Errorf("%s: consumer %q processing %q, want %q", name, consumer, processing, want)
 		}
 	}
 }
@@ -315,7 +352,7 @@ pipeline "p" {
 	if r.URL != "redis://h:1" || r.Username != "from-env" || r.Password != "" {
 		t.Errorf("redis: %+v", r)
 	}
-	s := cfg.Pipelines[0].Source
+	s := cfg.Pipelines[0].Source.Config.(*redisstream.Config)
 	if s.Stream != "s-from-env" || s.Group != "tok\n" {
 		t.Errorf("source: stream %q group %q", s.Stream, s.Group)
 	}

@@ -9,13 +9,15 @@ import (
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/handlers"
 	"github.com/flowrun/flowrun/rules"
+	"github.com/flowrun/flowrun/transports"
 )
 
+// pipelineSchema is what every pipeline takes; the registered source kinds add the pipeline
+// attributes only they take (schemas.pipeline).
 var pipelineSchema = &hcl.BodySchema{
 	Attributes: []hcl.AttributeSchema{
 		{Name: "concurrency"}, {Name: "max_attempts"}, {Name: "dead_letter"},
-		{Name: "delayed_retry"}, {Name: "delay_key"}, {Name: "shutdown_timeout"},
-		{Name: "out_retry"}, {Name: "retry_to"}, {Name: "otherwise"}, {Name: "max_held"},
+		{Name: "shutdown_timeout"}, {Name: "otherwise"}, {Name: "max_held"},
 	},
 	Blocks: []hcl.BlockHeaderSchema{
 		{Type: "source", LabelNames: []string{"kind"}},
@@ -35,8 +37,6 @@ var emitSchema = &hcl.BodySchema{
 	},
 }
 
-var emitKinds = []string{EmitStream, EmitList, EmitPubSub, EmitRecord}
-
 // decodePipelineBlock decodes `pipeline "NAME" {}` with every default applied. Redis references
 // are resolved later, in the merge pass.
 func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diagnostics) {
@@ -44,14 +44,14 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 		Name:            block.Labels[0],
 		File:            d.filename,
 		Concurrency:     runtime.NumCPU(),
-		DelayedRetry:    DelayedRetryRuntime,
 		ShutdownTimeout: DefaultShutdownTimeout,
 		MaxHeld:         DefaultMaxHeld,
 		DeclRange:       block.DefRange,
 	}
-	content, diags := block.Body.Content(pipelineSchema)
+	content, diags := block.Body.Content(d.schemas.pipeline)
 
 	var sources, ruleBlocks, handlers []*hcl.Block
+	var sourceBody *hcl.BodyContent
 	for _, b := range content.Blocks {
 		switch b.Type {
 		case "source":
@@ -72,9 +72,9 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 			Subject:  block.DefRange.Ptr(),
 		})
 	default:
-		s, ds := d.decodeSourceBlock(sources[0], pl.Name)
+		s, body, ds := d.decodeSourceBlock(sources[0])
 		diags = append(diags, ds...)
-		pl.Source = s
+		pl.Source, sourceBody = s, body
 		for _, extra := range sources[1:] {
 			diags = append(diags, &hcl.Diagnostic{
 				Severity: hcl.DiagError,
@@ -91,30 +91,6 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 	opt(attrs, "dead_letter", d.nonEmpty, &pl.DeadLetter, &diags)
 	opt(attrs, "shutdown_timeout", d.nonNegativeDuration, &pl.ShutdownTimeout, &diags)
 	opt(attrs, "max_held", d.count, &pl.MaxHeld, &diags)
-	if a, ok := attrs["delayed_retry"]; ok {
-		v, ds := d.str(a)
-		diags = append(diags, ds...)
-		if !ds.HasErrors() && v != DelayedRetryRuntime && v != DelayedRetryDurableZSet {
-			opts := []string{DelayedRetryRuntime, DelayedRetryDurableZSet}
-			diags = append(diags, invalidValue(a, fmt.Sprintf("%q is not a delayed_retry mode.%s It is %s.",
-				v, didYouMean(v, opts), quoteList(opts, "or"))))
-		} else if !ds.HasErrors() {
-			pl.DelayedRetry = v
-		}
-	}
-	for _, f := range []struct {
-		name string
-		dst  *string
-	}{{"delay_key", &pl.DelayKey}, {"out_retry", &pl.OutRetry}, {"retry_to", &pl.RetryTo}} {
-		if a, ok := attrs[f.name]; ok {
-			v, ds := d.nonEmpty(a)
-			diags = append(diags, ds...)
-			*f.dst = v
-		}
-	}
-	if a, ok := attrs["delay_key"]; ok {
-		pl.delayKeyRange = a.Expr.Range().Ptr()
-	}
 
 	// A rule set or a handler, exactly one of them.
 	switch {
@@ -173,80 +149,10 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 		pl.CanRetry = true // a Go handler may return anything
 	}
 
-	diags = append(diags, pl.checkCombinations(block, attrs)...)
+	if pl.Source != nil {
+		diags = append(diags, d.decodeSourceConfig(pl, sources[0], sourceBody, block, attrs)...)
+	}
 	return pl, diags
-}
-
-// checkCombinations enforces the pipeline attributes that only some sources take (SPEC §2).
-func (pl *Pipeline) checkCombinations(block *hcl.Block, attrs hcl.Attributes) hcl.Diagnostics {
-	src := pl.Source
-	if src == nil {
-		return nil
-	}
-	var diags hcl.Diagnostics
-	sourceIs := fmt.Sprintf("this pipeline's source is %s %s source", article(src.Kind), src.Kind)
-
-	for _, name := range []string{"delayed_retry", "delay_key"} {
-		if a, ok := attrs[name]; ok && !src.IsStream() {
-			diags = append(diags, notHere(a, fmt.Sprintf("%q only applies to stream sources (stream, claiming and reclaim); %s.", name, sourceIs)))
-		}
-	}
-	if src.IsStream() {
-		if a, ok := attrs["delay_key"]; ok && pl.DelayedRetry != DelayedRetryDurableZSet {
-			diags = append(diags, notHere(a, `"delay_key" is only used with delayed_retry = "durable_zset".`))
-		}
-		if pl.DelayedRetry == DelayedRetryDurableZSet && pl.DelayKey == "" && src.Stream != "" {
-			pl.DelayKey = src.Stream + ":delayed"
-		}
-	} else {
-		pl.DelayedRetry, pl.DelayKey = DelayedRetryRuntime, ""
-	}
-
-	// A pipeline never reads its own dead letters (SPEC §2): a file source skips the dead-letter
-	// key by itself, but not when told to read exactly that key, and a stream or list would take
-	// every dead letter back as new work.
-	if a, ok := attrs["dead_letter"]; ok && pl.DeadLetter != "" {
-		if own := ownKey(src); own != "" && own == pl.DeadLetter {
-			diags = append(diags, invalidValue(a, fmt.Sprintf("%q is the key this pipeline's %s source reads, so every dead letter would be read back as new work; choose another dead_letter key.",
-				pl.DeadLetter, src.Kind)))
-		}
-	}
-
-	if a, ok := attrs["out_retry"]; ok && src.Kind != KindPipe {
-		diags = append(diags, notHere(a, fmt.Sprintf(`"out_retry" only applies to a pipe source; %s.`, sourceIs)))
-	}
-	if _, ok := attrs["out_retry"]; !ok && src.Kind == KindPipe {
-		diags = append(diags, missingArg(block, "out_retry", "for a pipeline with a pipe source (the key under which retry copies leave on stdout)"))
-	}
-
-	patterns := src.Kind == KindPubSub && len(src.Patterns) > 0
-	if a, ok := attrs["retry_to"]; ok && !patterns {
-		diags = append(diags, notHere(a, fmt.Sprintf(`"retry_to" only applies to a pubsub source with "patterns"; %s.`, describeForRetryTo(src))))
-	}
-	if _, ok := attrs["retry_to"]; !ok && patterns && pl.CanRetry {
-		diags = append(diags, missingArg(block, "retry_to",
-			"for a pipeline that reads pubsub patterns and can retry (the channel retry copies are published to)"))
-	}
-	return diags
-}
-
-// ownKey is the key a source reads and its dead letters could be written to: the stream, the
-// list key, or a file source's key filter ("" for the others).
-func ownKey(src *Source) string {
-	switch src.Kind {
-	case KindStream, KindClaiming, KindReclaim:
-		return src.Stream
-	case KindList, KindFile:
-		return src.Key
-	}
-	return ""
-}
-
-func describeForRetryTo(src *Source) string {
-	if src.Kind == KindPubSub {
-		return "this pubsub source reads channels, and copies go back to the channel they came from"
-	}
-	return fmt.Sprintf("this pipeline's source is %s %s source", article(src.Kind), src.Kind)
 }
 
 // decodeRules decodes the rule blocks of a pipeline, in order.
@@ -330,21 +236,19 @@ func (d *fileDecoder) decodeRuleBlock(block *hcl.Block) (*rules.Rule, bool, []em
 	return r, canRetry, refs, diags
 }
 
-// decodeEmitBlock decodes `emit "KIND" {}`. For Redis kinds it returns an emitRef, for the merge
-// pass to resolve the redis block.
+// decodeEmitBlock decodes `emit "KIND" {}` of a registered emit kind. For kinds that write to
+// Redis it returns an emitRef, for the merge pass to resolve the redis block.
 func (d *fileDecoder) decodeEmitBlock(block *hcl.Block) (*rules.EmitSpec, *emitRef, hcl.Diagnostics) {
 	kind := block.Labels[0]
 	content, diags := block.Body.Content(emitSchema)
-	known := false
-	for _, k := range emitKinds {
-		known = known || k == kind
-	}
+	ek, known := transports.LookupEmit(kind)
 	if !known {
+		names := d.schemas.emitNames
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagError,
 			Summary:  "Unknown emit kind",
 			Detail: fmt.Sprintf("There is no emit kind %q.%s Emit kinds are %s.",
-				kind, didYouMean(kind, emitKinds), quoteList(emitKinds, "and")),
+				kind, didYouMean(kind, names), quoteList(names, "and")),
 			Subject: block.LabelRanges[0].Ptr(),
 		})
 		return nil, nil, diags
@@ -370,8 +274,9 @@ func (d *fileDecoder) decodeEmitBlock(block *hcl.Block) (*rules.EmitSpec, *emitR
 		diags = append(diags, d.decodeEmitHeaders(a, e)...)
 	}
 	if a, ok := attrs["path"]; ok {
-		if kind != EmitRecord {
-			diags = append(diags, notHere(a, fmt.Sprintf(`"path" only applies to a record emit; this emit is %s %s.`, article(kind), kind)))
+		if !ek.Path {
+			diags = append(diags, notHere(a, fmt.Sprintf(`"path" only applies to %s; this emit is %s %s.`,
+				d.schemas.emitsTaking(func(e transports.EmitKind) bool { return e.Path }), article(kind), kind)))
 		} else {
 			v, ds := d.nonEmpty(a)
 			diags = append(diags, ds...)
@@ -384,9 +289,15 @@ func (d *fileDecoder) decodeEmitBlock(block *hcl.Block) (*rules.EmitSpec, *emitR
 	var ref *emitRef
 	a, hasRedis := attrs["redis"]
 	switch {
-	case hasRedis && kind == EmitRecord:
-		diags = append(diags, notHere(a, `"redis" only applies to stream, list and pubsub emits; a record goes to stdout or a file.`))
-	case kind != EmitRecord:
+	case hasRedis && !ek.Redis:
+		detail := fmt.Sprintf(`"redis" only applies to %s; this emit is %s %s.`,
+			d.schemas.emitsTaking(func(e transports.EmitKind) bool { return e.Redis }), article(kind), kind)
+		if ek.GoesTo != "" {
+			detail = fmt.Sprintf(`"redis" only applies to %s; %s %s goes to %s.`,
+				d.schemas.emitsTaking(func(e transports.EmitKind) bool { return e.Redis }), article(kind), kind, ek.GoesTo)
+		}
+		diags = append(diags, notHere(a, detail))
+	case ek.Redis:
 		ref = &emitRef{declRange: block.DefRange}
 		if hasRedis {
 			v, ds := d.nonEmpty(a)

@@ -2,205 +2,215 @@ package config
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/flowrun/flowrun/internal/hclutil"
+	"github.com/flowrun/flowrun/transports"
 )
 
-// sourceKinds in the order SPEC §2 lists them.
-var sourceKinds = []string{KindStream, KindClaiming, KindReclaim, KindList, KindPubSub, KindFile, KindPipe}
+// schemas is what config reads of the transport registry, once per load: the source kinds and
+// emit kinds in their Order, and the schemas that decode source blocks and pipeline blocks with
+// every kind's attributes, so that a name another kind takes is reported with the kinds that
+// take it, and a misspelt one gets hcl's own "Did you mean".
+type schemas struct {
+	kinds     []transports.Kind
+	kindNames []string
+	byKind    map[string]transports.Kind
+	takes     map[string]map[string]bool // kind → the attributes and block types of its source block
+	source    *hcl.BodySchema            // every kind's source block attributes and blocks
 
-// sourceAttrs is what each source kind takes (SPEC §2 table).
-var sourceAttrs = map[string][]string{
-	KindStream:   {"redis", "stream", "group", "consumer", "start", "batch", "block"},
-	KindClaiming: {"redis", "stream", "group", "consumer", "start", "batch", "block", "min_idle"},
-	KindReclaim:  {"redis", "stream", "group", "consumer", "start", "batch", "block", "min_idle"},
-	KindList:     {"redis", "key", "reliable", "consumer", "processing", "batch", "block"},
-	KindPubSub:   {"redis", "channels", "patterns"},
-	KindFile:     {"path", "key", "follow", "checkpoint"},
-	KindPipe:     {"key"},
+	pipeline      *hcl.BodySchema                    // pipelineSchema and every kind's pipeline attributes
+	pipelineAttrs []string                           // the kinds' pipeline attributes, in Order
+	appliesTo     map[string]transports.PipelineAttr // the first kind's declaration of each
+
+	emits     []transports.EmitKind
+	emitNames []string
 }
 
-// sourceSchema is the union of every kind's attributes, so that a misspelt name gets hcl's own
-// "Did you mean" and a name of another kind gets a message saying which kinds take it.
-var sourceSchema = func() *hcl.BodySchema {
-	s := &hcl.BodySchema{}
-	seen := map[string]bool{}
-	for _, k := range sourceKinds {
-		for _, a := range sourceAttrs[k] {
-			if !seen[a] {
-				seen[a] = true
-				s.Attributes = append(s.Attributes, hcl.AttributeSchema{Name: a})
+func newSchemas() *schemas {
+	s := &schemas{
+		kinds:     transports.Kinds(),
+		byKind:    map[string]transports.Kind{},
+		takes:     map[string]map[string]bool{},
+		source:    &hcl.BodySchema{},
+		appliesTo: map[string]transports.PipelineAttr{},
+		emits:     transports.EmitKinds(),
+	}
+	fixed := map[string]bool{}
+	s.pipeline = &hcl.BodySchema{Blocks: pipelineSchema.Blocks}
+	for _, a := range pipelineSchema.Attributes {
+		fixed[a.Name] = true
+		s.pipeline.Attributes = append(s.pipeline.Attributes, a)
+	}
+	seenAttr, seenBlock := map[string]bool{}, map[string]bool{}
+	for _, k := range s.kinds {
+		s.kindNames = append(s.kindNames, k.Name)
+		s.byKind[k.Name] = k
+		takes := map[string]bool{}
+		s.takes[k.Name] = takes
+		attrs := k.Schema.Attributes
+		if k.Redis {
+			attrs = append([]hcl.AttributeSchema{{Name: "redis"}}, attrs...)
+		}
+		for _, a := range attrs {
+			takes[a.Name] = true
+			if !seenAttr[a.Name] {
+				seenAttr[a.Name] = true
+				s.source.Attributes = append(s.source.Attributes, hcl.AttributeSchema{Name: a.Name})
+			}
+		}
+		for _, b := range k.Schema.Blocks {
+			takes["block "+b.Type] = true
+			if !seenBlock[b.Type] {
+				seenBlock[b.Type] = true
+				s.source.Blocks = append(s.source.Blocks, b)
+			}
+		}
+		for _, pa := range k.PipelineAttrs {
+			if fixed[pa.Name] {
+				panic(fmt.Sprintf("config: source kind %q declares the pipeline attribute %q, which every pipeline has", k.Name, pa.Name))
+			}
+			if _, seen := s.appliesTo[pa.Name]; !seen {
+				s.appliesTo[pa.Name] = pa
+				s.pipelineAttrs = append(s.pipelineAttrs, pa.Name)
+				s.pipeline.Attributes = append(s.pipeline.Attributes, hcl.AttributeSchema{Name: pa.Name})
 			}
 		}
 	}
+	for _, e := range s.emits {
+		s.emitNames = append(s.emitNames, e.Name)
+	}
 	return s
-}()
+}
 
-// kindsTaking lists the source kinds that take an attribute.
-func kindsTaking(attr string) []string {
+// kindsTaking lists the source kinds whose block takes an attribute (or "block TYPE").
+func (s *schemas) kindsTaking(name string) []string {
 	var kinds []string
-	for _, k := range sourceKinds {
-		for _, a := range sourceAttrs[k] {
-			if a == attr {
-				kinds = append(kinds, k)
-			}
+	for _, k := range s.kindNames {
+		if s.takes[k][name] {
+			kinds = append(kinds, k)
 		}
 	}
 	return kinds
 }
 
-func article(kind string) string {
-	if strings.IndexByte("aeiou", kind[0]) >= 0 {
-		return "an"
+// emitsTaking describes the emit kinds for which want holds: `a record emit`, or
+// `stream, list and pubsub emits`.
+func (s *schemas) emitsTaking(want func(transports.EmitKind) bool) string {
+	var names []string
+	for _, e := range s.emits {
+		if want(e) {
+			names = append(names, e.Name)
+		}
 	}
-	return "a"
+	if len(names) == 1 {
+		return fmt.Sprintf("%s %s emit", article(names[0]), names[0])
+	}
+	return hclutil.List(names, "and") + " emits"
 }
 
-// decodeSourceBlock decodes `source "KIND" {}` with every default applied. It returns nil when
-// the kind is unknown (the body is still checked for unknown attributes).
-func (d *fileDecoder) decodeSourceBlock(block *hcl.Block, pipeline string) (*Source, hcl.Diagnostics) {
+// decodeSourceBlock checks `source "KIND" {}` against its kind's schema and decodes its redis
+// attribute. It returns nil when the kind is unknown (the body is still checked for unknown
+// attributes); otherwise the Source, whose Config decodeSourceConfig fills, and the body's
+// content that belongs to the kind.
+func (d *fileDecoder) decodeSourceBlock(block *hcl.Block) (*Source, *hcl.BodyContent, hcl.Diagnostics) {
 	kind := block.Labels[0]
-	content, diags := block.Body.Content(sourceSchema)
-	allowed, known := sourceAttrs[kind]
+	content, diags := block.Body.Content(d.schemas.source)
+	k, known := d.schemas.byKind[kind]
 	if !known {
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagError,
 			Summary:  "Unknown source kind",
 			Detail: fmt.Sprintf("There is no source kind %q.%s Source kinds are %s.",
-				kind, didYouMean(kind, sourceKinds), quoteList(sourceKinds, "and")),
+				kind, didYouMean(kind, d.schemas.kindNames), quoteList(d.schemas.kindNames, "and")),
 			Subject: block.LabelRanges[0].Ptr(),
 		})
-		return nil, diags
+		return nil, nil, diags
 	}
+	takes := d.schemas.takes[kind]
 	for _, name := range sortedKeys(content.Attributes) {
-		ok := false
-		for _, a := range allowed {
-			ok = ok || a == name
-		}
-		if !ok {
+		if !takes[name] {
 			a := content.Attributes[name]
 			diags = append(diags, notHere(a, fmt.Sprintf("%q is not valid on %s %s source; it is taken by %s sources.",
-				name, article(kind), kind, quoteList(kindsTaking(name), "and"))))
+				name, article(kind), kind, quoteList(d.schemas.kindsTaking(name), "and"))))
 			delete(content.Attributes, name)
 		}
 	}
+	var blocks hcl.Blocks
+	for _, b := range content.Blocks {
+		if !takes["block "+b.Type] {
+			diags = append(diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "Unsupported block type",
+				Detail: fmt.Sprintf("A %s block is not valid on %s %s source; it is taken by %s sources.",
+					b.Type, article(kind), kind, quoteList(d.schemas.kindsTaking("block "+b.Type), "and")),
+				Subject: b.DefRange.Ptr(),
+			})
+			continue
+		}
+		blocks = append(blocks, b)
+	}
+	content.Blocks = blocks
 
-	s := &Source{Kind: kind, DeclRange: block.DefRange}
-	attrs := content.Attributes
-	str := func(name string, dst *string) bool { return opt(attrs, name, d.nonEmpty, dst, &diags) }
-	if a, ok := attrs["redis"]; ok {
+	s := &Source{Kind: kind, DeclRange: block.DefRange, kind: k}
+	if a, ok := content.Attributes["redis"]; ok {
 		v, ds := d.nonEmpty(a)
 		diags = append(diags, ds...)
 		s.Redis, s.redisRange = v, a.Expr.Range()
+		delete(content.Attributes, "redis")
 	}
-
-	if isStreamKind(kind) || kind == KindList {
-		str("consumer", &s.Consumer)
-		if s.Consumer == "" || d.override {
-			s.Consumer = d.consumer
+	for _, a := range k.Schema.Attributes {
+		if _, ok := content.Attributes[a.Name]; a.Required && !ok {
+			diags = append(diags, missingArg(block, a.Name, fmt.Sprintf("for %s %s source", article(kind), kind)))
 		}
-		s.Batch = DefaultBatch
-		opt(attrs, "batch", d.count, &s.Batch, &diags)
-		s.Block = DefaultBlock
-		opt(attrs, "block", d.positiveDuration, &s.Block, &diags)
 	}
+	return s, content, diags
+}
 
-	switch kind {
-	case KindStream, KindClaiming, KindReclaim:
-		if !str("stream", &s.Stream) {
-			diags = append(diags, missingArg(block, "stream", fmt.Sprintf("for %s %s source", article(kind), kind)))
-		} else {
-			s.streamRange = attrs["stream"].Expr.Range()
-		}
-		s.Group = pipeline
-		str("group", &s.Group)
-		s.Start = DefaultStart
-		if a, ok := attrs["start"]; ok {
-			v, ds := d.str(a)
-			diags = append(diags, ds...)
-			if !ds.HasErrors() && v != "0" && v != "$" {
-				diags = append(diags, invalidValue(a, `"start" must be "0" (the whole backlog) or "$" (only new entries).`))
-			}
-			s.Start = v
-		}
-		if kind != KindStream {
-			if !opt(attrs, "min_idle", d.positiveDuration, &s.MinIdle, &diags) {
-				diags = append(diags, missingArg(block, "min_idle", fmt.Sprintf("for a %s source", kind)))
-			}
-		}
-
-	case KindList:
-		if !str("key", &s.Key) {
-			diags = append(diags, missingArg(block, "key", "for a list source"))
-		} else {
-			s.keyRange = attrs["key"].Expr.Range()
-		}
-		s.Reliable = true
-		opt(attrs, "reliable", d.boolean, &s.Reliable, &diags)
-		hasProcessing := str("processing", &s.Processing)
+// decodeSourceConfig has the source's kind decode its block, once the rest of the pipeline is
+// known: the pipeline attributes only some kinds take (SPEC §2) go to the kind when it takes
+// them, and are reported here when it does not.
+func (d *fileDecoder) decodeSourceConfig(pl *Pipeline, sourceBlock *hcl.Block, content *hcl.BodyContent, block *hcl.Block, attrs hcl.Attributes) hcl.Diagnostics {
+	src := pl.Source
+	var diags hcl.Diagnostics
+	takes := map[string]bool{}
+	for _, pa := range src.kind.PipelineAttrs {
+		takes[pa.Name] = true
+	}
+	own := hcl.Attributes{}
+	for _, name := range d.schemas.pipelineAttrs {
+		a, ok := attrs[name]
 		switch {
-		case hasProcessing && !s.Reliable:
-			diags = append(diags, notHere(attrs["processing"], `"processing" is only used by a reliable list (reliable = true).`))
-			s.Processing = ""
-		case !hasProcessing && s.Reliable && s.Key != "":
-			s.Processing = fmt.Sprintf("%s:processing:%s", s.Key, s.Consumer)
-		case hasProcessing:
-			s.processingRange = attrs["processing"].Expr.Range().Ptr()
+		case !ok:
+		case takes[name]:
+			own[name] = a
+		default:
+			diags = append(diags, notHere(a, fmt.Sprintf("%q only applies to %s; this pipeline's source is %s %s source.",
+				name, d.schemas.appliesTo[name].AppliesTo, article(src.Kind), src.Kind)))
 		}
-
-	case KindPubSub:
-		ch, hasCh := attrs["channels"]
-		pa, hasPa := attrs["patterns"]
-		switch {
-		case hasCh && hasPa:
-			second := pa
-			if ch.NameRange.Start.Byte > pa.NameRange.Start.Byte {
-				second = ch
-			}
-			diags = append(diags, &hcl.Diagnostic{
-				Severity: hcl.DiagError,
-				Summary:  "Conflicting arguments",
-				Detail:   `A pubsub source takes "channels" or "patterns", not both.`,
-				Subject:  second.NameRange.Ptr(),
-			})
-		case !hasCh && !hasPa:
-			diags = append(diags, &hcl.Diagnostic{
-				Severity: hcl.DiagError,
-				Summary:  "Missing required argument",
-				Detail:   `A pubsub source needs "channels" or "patterns" (a list).`,
-				Subject:  block.DefRange.Ptr(),
-			})
-		}
-		if hasCh {
-			v, ds := d.strList(ch)
-			diags = append(diags, ds...)
-			s.Channels = v
-		}
-		if hasPa {
-			v, ds := d.strList(pa)
-			diags = append(diags, ds...)
-			s.Patterns = v
-		}
-
-	case KindFile:
-		if str("path", &s.Path) {
-			if s.Path != "" {
-				s.Path = resolvePath(d.dir, s.Path)
-			}
-		} else {
-			diags = append(diags, missingArg(block, "path", "for a file source"))
-		}
-		if str("key", &s.Key) {
-			s.keyRange = attrs["key"].Expr.Range()
-		}
-		opt(attrs, "follow", d.boolean, &s.Follow, &diags)
-		if str("checkpoint", &s.Checkpoint) && s.Checkpoint != "" {
-			s.Checkpoint = resolvePath(d.dir, s.Checkpoint)
-		}
-
-	case KindPipe:
-		str("key", &s.Key)
 	}
-	return s, diags
+	p := transports.Pipeline{
+		Name:       pl.Name,
+		DefRange:   block.DefRange,
+		Attributes: own,
+		DeadLetter: pl.DeadLetter,
+		CanRetry:   pl.CanRetry,
+	}
+	if a, ok := attrs["dead_letter"]; ok {
+		p.DeadLetterRange = a.Expr.Range()
+	}
+	b := &transports.Block{
+		Kind:             src.Kind,
+		DefRange:         sourceBlock.DefRange,
+		Body:             content,
+		Pipeline:         p,
+		Dir:              d.dir,
+		Consumer:         d.consumer,
+		ConsumerOverride: d.override,
+		EvalContext:      d.ctx,
+	}
+	src.Config = src.kind.New()
+	src.Config.Decode(b)
+	return append(diags, b.Diagnostics()...)
 }

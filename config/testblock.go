@@ -215,14 +215,15 @@ func (d *fileDecoder) decodeExpectEmits(attr *hcl.Attribute) ([]TestEmit, hcl.Di
 	i := 0
 	for it := v.ElementIterator(); it.Next(); i++ {
 		_, el := it.Element()
-		em, ds := expectEmit(el, ranges[i])
+		em, ds := expectEmit(el, ranges[i], d.schemas.emitNames)
 		diags = append(diags, ds...)
 		out = append(out, em)
 	}
 	return out, diags
 }
 
-func expectEmit(v cty.Value, rng hcl.Range) (TestEmit, hcl.Diagnostics) {
+// expectEmit decodes one expected emit; emitKinds are the registered emit kinds' names.
+func expectEmit(v cty.Value, rng hcl.Range, emitKinds []string) (TestEmit, hcl.Diagnostics) {
 	var em TestEmit
 	var diags hcl.Diagnostics
 	bad := func(detail string) {

@@ -3,7 +3,8 @@ package main
 
 import (
 	"github.com/flowrun/flowrun/cli"
-	_ "github.com/flowrun/flowrun/plugins" // the built-in Go handlers
+	_ "github.com/flowrun/flowrun/plugins"            // the built-in Go handlers
+	_ "github.com/flowrun/flowrun/transports/builtin" // the built-in sources and emits
 )
 
 func main() { cli.Main() }

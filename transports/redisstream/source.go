@@ -85,12 +85,7 @@ func New(client redis.UniversalClient, opts Options, log zerolog.Logger) (*Sourc
 }
 
 // Capabilities declares what this source does natively (SPEC §4, §5).
-func (s *Source) Capabilities() engine.Capabilities {
-	if s.o.Kind == KindStream {
-		return engine.Capabilities{Ack: true, DurableDelay: s.durable, Batch: s.o.Batch}
-	}
-	return engine.Capabilities{Ack: true, RetryInPlace: true, MinIdle: s.o.MinIdle, DeliveryCount: true, Batch: s.o.Batch}
-}
+func (s *Source) Capabilities() engine.Capabilities { return s.o.capabilities() }
 
 // Ready reports whether the last read succeeded (for /readyz). It is false before the first
 // read and while Redis is unreachable.

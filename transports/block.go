@@ -1,0 +1,161 @@
+package transports
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/flowrun/flowrun/internal/hclutil"
+)
+
+// Block is a source block as config hands it to Config.Decode: what was written, where, and
+// what the pipeline around it says. Mistakes found while decoding are collected in it.
+type Block struct {
+	// Kind is the block's label.
+	Kind string
+	// DefRange is the block's header (`source "KIND"`): a missing attribute is reported there.
+	DefRange hcl.Range
+	// Body holds the attributes and blocks of the kind's Schema that were written. config has
+	// reported every other one, and every missing Required attribute, already.
+	Body *hcl.BodyContent
+	// Pipeline is the pipeline that holds the block.
+	Pipeline Pipeline
+	// Dir is the absolute folder of the HCL file: Attributes.Path resolves against it.
+	Dir string
+	// Consumer is the default consumer name, the host name unless `--consumer` was given, in
+	// which case ConsumerOverride says it overrides the names written in files too.
+	Consumer         string
+	ConsumerOverride bool
+	// EvalContext evaluates the file's expressions (its functions: env, file, jsonencode).
+	EvalContext *hcl.EvalContext
+
+	diags hcl.Diagnostics
+}
+
+// Pipeline is what a source block's decoder may read of its pipeline.
+type Pipeline struct {
+	Name string
+	// DefRange is the pipeline block's header, where a missing pipeline attribute is reported.
+	DefRange hcl.Range
+	// Attributes are the pipeline attributes of Kind.PipelineAttrs that were written.
+	Attributes hcl.Attributes
+	// DeadLetter is the dead_letter key ("" when none); DeadLetterRange its value's range.
+	DeadLetter      string
+	DeadLetterRange hcl.Range
+	// CanRetry says whether the pipeline may produce retry or retry_after: a rule's outcome or
+	// otherwise expression that could, or a Go handler.
+	CanRetry bool
+}
+
+// Attrs returns the source block's attributes, with typed decoders.
+func (b *Block) Attrs() Attributes {
+	var m hcl.Attributes
+	if b.Body != nil {
+		m = b.Body.Attributes
+	}
+	return Attributes{m: m, b: b}
+}
+
+// PipelineAttrs returns the pipeline attributes of Kind.PipelineAttrs that were written, with
+// typed decoders.
+func (b *Block) PipelineAttrs() Attributes { return Attributes{m: b.Pipeline.Attributes, b: b} }
+
+// Report adds diagnostics.
+func (b *Block) Report(diags ...*hcl.Diagnostic) { b.diags = append(b.diags, diags...) }
+
+// Diagnostics returns what was reported.
+func (b *Block) Diagnostics() hcl.Diagnostics { return b.diags }
+
+// RejectDeadLetterKey reports the pipeline's dead_letter when it is key, the key the source
+// reads: every dead letter would be read back as new work (SPEC §2).
+func (b *Block) RejectDeadLetterKey(key string) {
+	p := b.Pipeline
+	if key == "" || p.DeadLetter != key {
+		return
+	}
+	b.Report(&hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  "Invalid value",
+		Detail: fmt.Sprintf("%q is the key this pipeline's %s source reads, so every dead letter would be read back as new work; choose another dead_letter key.",
+			p.DeadLetter, b.Kind),
+		Subject: p.DeadLetterRange.Ptr(),
+	})
+}
+
+// Attributes are written attributes with typed decoders. Each decoder does nothing when the
+// attribute is not written; otherwise it reports the attribute's mistakes (at its value) and
+// stores the value in dst (its zero value after a mistake). It returns true when the attribute
+// is written and has no mistake.
+type Attributes struct {
+	m hcl.Attributes
+	b *Block
+}
+
+// Get returns the attribute, or nil when it is not written.
+func (a Attributes) Get(name string) *hcl.Attribute { return a.m[name] }
+
+// Has reports whether the attribute is written.
+func (a Attributes) Has(name string) bool { return a.m[name] != nil }
+
+func decode[T any](a Attributes, name string, dec func(*hcl.Attribute) (T, hcl.Diagnostics), dst *T) bool {
+	attr := a.m[name]
+	if attr == nil {
+		return false
+	}
+	v, diags := dec(attr)
+	a.b.diags = append(a.b.diags, diags...)
+	*dst = v
+	return !diags.HasErrors()
+}
+
+func (a Attributes) dec() hclutil.Decoder { return hclutil.Decoder{Ctx: a.b.EvalContext} }
+
+// String decodes a string, empty or not.
+func (a Attributes) String(name string, dst *string) bool { return decode(a, name, a.dec().Str, dst) }
+
+// NonEmpty decodes a string that must not be empty.
+func (a Attributes) NonEmpty(name string, dst *string) bool {
+	return decode(a, name, a.dec().NonEmpty, dst)
+}
+
+// Bool decodes a bool.
+func (a Attributes) Bool(name string, dst *bool) bool { return decode(a, name, a.dec().Bool, dst) }
+
+// Count decodes a whole number of at least 1.
+func (a Attributes) Count(name string, dst *int) bool { return decode(a, name, a.dec().Count, dst) }
+
+// Duration decodes a Go duration string ("250ms", "30s") greater than zero.
+func (a Attributes) Duration(name string, dst *time.Duration) bool {
+	return decode(a, name, a.dec().PositiveDuration, dst)
+}
+
+// Strings decodes a non-empty list of non-empty strings.
+func (a Attributes) Strings(name string, dst *[]string) bool {
+	return decode(a, name, a.dec().StrList, dst)
+}
+
+// Path decodes a non-empty string and resolves it against the HCL file's folder.
+func (a Attributes) Path(name string, dst *string) bool {
+	if !a.NonEmpty(name, dst) {
+		return false
+	}
+	*dst = hclutil.ResolvePath(a.b.Dir, *dst)
+	return true
+}
+
+// InvalidValue reports a value of the right type that is still wrong, at the value.
+func InvalidValue(attr *hcl.Attribute, detail string) *hcl.Diagnostic {
+	return hclutil.InvalidValue(attr, detail)
+}
+
+// Unsupported reports an attribute that is not valid in this combination, at its name.
+func Unsupported(attr *hcl.Attribute, detail string) *hcl.Diagnostic {
+	return hclutil.NotHere(attr, detail)
+}
+
+// MissingArgument reports a missing attribute at the header of the block that lacks it:
+// `The argument "NAME" is required WHERE.`
+func MissingArgument(header hcl.Range, name, where string) *hcl.Diagnostic {
+	return hclutil.MissingArg(header, name, where)
+}

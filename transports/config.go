@@ -1,0 +1,127 @@
+package transports
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/codec"
+	"github.com/flowrun/flowrun/engine"
+)
+
+// Config is one source block, decoded by its kind: what Kind.New returns and config fills.
+type Config interface {
+	// Decode reads the block, applying every default. Its mistakes go to b (the Attributes
+	// decoders report theirs, Report adds others), each with a range: a missing attribute at
+	// b.DefRange (or, for a pipeline attribute, b.Pipeline.DefRange), a wrong one at its value.
+	// It is called once, after the rest of the pipeline is decoded.
+	Decode(b *Block)
+	// NaturalKey is the key messages of this source usually carry ("" when there is none): a
+	// test block's message key defaults to it.
+	NaturalKey() string
+	// Capabilities is what the source built from this config will declare
+	// (engine.Source.Capabilities), known without connecting anywhere.
+	Capabilities() engine.Capabilities
+	// Build returns the source for one pipeline of `flowrun run`. What it opens and the source
+	// does not close itself it registers with env.OnClose; Redis clients belong to env.
+	Build(ctx context.Context, env *Env) (engine.Source, error)
+}
+
+// ClusterChecker is implemented by a Config whose keys must share a Redis Cluster hash slot
+// (one script or BLMOVE touches them together). config calls it when the source's redis block
+// is a cluster, after references are resolved; redisBlock is that block's name.
+type ClusterChecker interface {
+	CheckCluster(redisBlock string) hcl.Diagnostics
+}
+
+// StdinReader is implemented by a Config whose source reads standard input: at most one such
+// pipeline may run at once.
+type StdinReader interface {
+	ReadsStdin() bool
+}
+
+// Inspector is implemented by a Config whose source has numbers for `flowrun inspect`
+// (SPEC §1). On an error it returns what it has read so far.
+type Inspector interface {
+	Inspect(ctx context.Context, env *Env) (Stats, error)
+}
+
+// Stats is a source's row of `flowrun inspect`. A nil number does not apply to the source (or,
+// for Lag, see LagUnknown): a dash in the table, null in JSON.
+type Stats struct {
+	Key   string // what the source reads: a stream, a list, channels, a file, "stdin"
+	Group string // a consumer group
+
+	Length  *int64
+	Lag     *int64
+	Pending *int64
+	// LagUnknown: the group exists, but Redis cannot tell its lag ("?" in the table).
+	LagUnknown        bool
+	OldestPendingIdle *time.Duration
+	Processing        string // the list Pending counts, for a reliable list
+	DelayKey          string // a durable delay queue
+	Delayed           *int64
+	NextDue           *time.Time
+	DeadLetter        string // the dead-letter key
+	DeadLetters       *int64
+}
+
+// DeadLetterStore is implemented by a Config whose dead letters `flowrun dlq` can list and
+// move back to the source. Its methods are called only for a pipeline with a dead_letter.
+type DeadLetterStore interface {
+	// CheckRedrive says, before connecting, why a redrive could not work (nil when it can),
+	// worded to follow `pipeline "NAME" `.
+	CheckRedrive() error
+	// ListDeadLetters returns up to limit dead letters (0: all), oldest first, and how many
+	// there are.
+	ListDeadLetters(ctx context.Context, env *Env, limit int) (letters []DeadLetter, total int64, err error)
+	// RedriveDeadLetters moves up to limit dead letters (0: all) back to the source with their
+	// retry count reset, and says where they went; it returns how many it moved, also on error.
+	RedriveDeadLetters(ctx context.Context, env *Env, limit int) (moved int, target string, err error)
+}
+
+// DeadLetter is one dead letter as `flowrun dlq list` shows it.
+type DeadLetter struct {
+	ID      string // the dead letter's own id where its store has one (a stream entry id)
+	Message *engine.Message
+}
+
+// DeadLetterLocator is implemented by a Config whose dead letters `flowrun dlq` cannot reach,
+// to say where they are instead: `records in its stream file, not in Redis`.
+type DeadLetterLocator interface {
+	DeadLettersAt() string
+}
+
+// Env is what the command line gives a kind: a logger, the standard streams and Redis clients.
+// Fields that a command does not provide are zero (inspect and dlq have no Stdin).
+type Env struct {
+	// Logger is scoped to the pipeline (Build) or the command.
+	Logger zerolog.Logger
+	// Stdin is the process's standard input.
+	Stdin io.Reader
+	// Stdout is the process's standard output, shared by everything that writes records to it,
+	// so that lines never interleave.
+	Stdout *codec.LineWriter
+	// RedisBlock is the source's redis block, resolved at load time ("" for a kind without
+	// Redis).
+	RedisBlock string
+	// Redis returns the client of a redis block by name, opening it on first use. The command
+	// line owns the clients and closes them last.
+	Redis func(name string) (redis.UniversalClient, error)
+	// OnClose registers a release to run when the command ends, in reverse order of
+	// registration, before the Redis clients are closed.
+	OnClose func(func() error)
+}
+
+// Client returns the client of the source's own redis block.
+func (e *Env) Client() (redis.UniversalClient, error) {
+	if e.Redis == nil || e.RedisBlock == "" {
+		return nil, errors.New("transports: no redis block for this source")
+	}
+	return e.Redis(e.RedisBlock)
+}

@@ -1,0 +1,100 @@
+package file
+
+// The file kind and the record emit, registered with package transports.
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/flowrun/flowrun/codec"
+	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/transports"
+)
+
+func init() {
+	transports.Register(transports.Kind{
+		Name:  "file",
+		Order: 60,
+		Schema: hcl.BodySchema{Attributes: []hcl.AttributeSchema{
+			{Name: "path", Required: true}, {Name: "key"}, {Name: "follow"}, {Name: "checkpoint"},
+		}},
+		New: func() transports.Config { return &Config{} },
+	})
+	// Records (SPEC §3) go to standard output, or appended to a stream file with "path".
+	transports.RegisterEmit(transports.EmitKind{
+		Name:   "record",
+		Order:  40,
+		Path:   true,
+		GoesTo: "stdout or a file",
+		Sink: func(t engine.Target, env *transports.Env) (engine.Sink, error) {
+			if t.Path == "" {
+				return codec.NewRecordSink(env.Stdout), nil
+			}
+			a, err := codec.OpenFileAppender(t.Path)
+			if err != nil {
+				return nil, err
+			}
+			env.OnClose(a.Close)
+			return a, nil
+		},
+	})
+}
+
+// Config is a file source block, decoded: the source's Options, paths made absolute against
+// the HCL file's folder, DeadLetter the pipeline's.
+type Config struct {
+	Options
+}
+
+var (
+	_ transports.Config            = (*Config)(nil)
+	_ transports.Inspector         = (*Config)(nil)
+	_ transports.DeadLetterLocator = (*Config)(nil)
+)
+
+// Decode reads the source block.
+func (c *Config) Decode(b *transports.Block) {
+	a := b.Attrs()
+	a.Path("path", &c.Path)
+	a.NonEmpty("key", &c.Key)
+	a.Bool("follow", &c.Follow)
+	a.Path("checkpoint", &c.Checkpoint)
+	c.DeadLetter = b.Pipeline.DeadLetter
+	// The source skips records of the dead-letter key by itself, but not when told to read
+	// exactly that key.
+	b.RejectDeadLetterKey(c.Key)
+}
+
+// NaturalKey is the key filter ("" for every key).
+func (c *Config) NaturalKey() string { return c.Key }
+
+// Capabilities: nothing is acknowledged natively.
+func (c *Config) Capabilities() engine.Capabilities { return engine.Capabilities{} }
+
+// Build opens the stream file.
+func (c *Config) Build(_ context.Context, env *transports.Env) (engine.Source, error) {
+	s, err := New(c.Options, env.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Inspect names the file, relative to the working folder when it lies below it; there is
+// nothing in Redis to count.
+func (c *Config) Inspect(context.Context, *transports.Env) (transports.Stats, error) {
+	key := c.Path
+	if wd, err := os.Getwd(); err == nil {
+		if rel, err := filepath.Rel(wd, c.Path); err == nil && !strings.HasPrefix(rel, "..") {
+			key = rel
+		}
+	}
+	return transports.Stats{Key: key}, nil
+}
+
+// DeadLettersAt: dead letters are appended to the stream file itself.
+func (c *Config) DeadLettersAt() string { return "records in its stream file, not in Redis" }

@@ -1,0 +1,68 @@
+package pipe
+
+// The pipe kind, registered with package transports.
+
+import (
+	"context"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/transports"
+)
+
+func init() {
+	transports.Register(transports.Kind{
+		Name:          "pipe",
+		Order:         70,
+		Schema:        hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "key"}}},
+		PipelineAttrs: []transports.PipelineAttr{{Name: "out_retry", AppliesTo: "a pipe source"}},
+		New:           func() transports.Config { return &Config{} },
+	})
+}
+
+// Config is a pipe source block, decoded: the source's Options, OutRetry the pipeline's
+// out_retry.
+type Config struct {
+	Options
+}
+
+var (
+	_ transports.Config            = (*Config)(nil)
+	_ transports.StdinReader       = (*Config)(nil)
+	_ transports.Inspector         = (*Config)(nil)
+	_ transports.DeadLetterLocator = (*Config)(nil)
+)
+
+// Decode reads the source block and the pipeline's out_retry, which a pipe source requires.
+func (c *Config) Decode(b *transports.Block) {
+	b.Attrs().NonEmpty("key", &c.Key)
+	p := b.PipelineAttrs()
+	if !p.Has("out_retry") {
+		b.Report(transports.MissingArgument(b.Pipeline.DefRange, "out_retry",
+			"for a pipeline with a pipe source (the key under which retry copies leave on stdout)"))
+	}
+	p.NonEmpty("out_retry", &c.OutRetry)
+}
+
+// NaturalKey is the key filter ("" for every key).
+func (c *Config) NaturalKey() string { return c.Key }
+
+// Capabilities: the input ends; nothing is acknowledged natively.
+func (c *Config) Capabilities() engine.Capabilities { return engine.Capabilities{} }
+
+// ReadsStdin: the pipe source reads standard input.
+func (c *Config) ReadsStdin() bool { return true }
+
+// Build returns the source, reading env.Stdin and writing copies to env.Stdout.
+func (c *Config) Build(_ context.Context, env *transports.Env) (engine.Source, error) {
+	return New(c.Options, env.Stdin, env.Stdout, env.Logger), nil
+}
+
+// Inspect names standard input; there is nothing in Redis to count.
+func (c *Config) Inspect(context.Context, *transports.Env) (transports.Stats, error) {
+	return transports.Stats{Key: "stdin"}, nil
+}
+
+// DeadLettersAt: dead letters leave as records on standard output.
+func (c *Config) DeadLettersAt() string { return "records on standard output, not in Redis" }

@@ -1,0 +1,217 @@
+package redislist
+
+// The list kind and the list emit, registered with package transports: how a source block is
+// decoded and checked (SPEC §2, §5), built, inspected and redriven.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/internal/keyslot"
+	"github.com/flowrun/flowrun/transports"
+)
+
+func init() {
+	transports.Register(transports.Kind{
+		Name:  "list",
+		Order: 40,
+		Redis: true,
+		Schema: hcl.BodySchema{Attributes: []hcl.AttributeSchema{
+			{Name: "key", Required: true}, {Name: "reliable"}, {Name: "consumer"}, {Name: "processing"},
+			{Name: "batch"}, {Name: "block"},
+		}},
+		New: func() transports.Config { return &Config{} },
+	})
+	transports.RegisterEmit(transports.EmitKind{
+		Name:  "list",
+		Order: 20,
+		Redis: true,
+		Sink: func(t engine.Target, env *transports.Env) (engine.Sink, error) {
+			c, err := env.Redis(t.Redis)
+			if err != nil {
+				return nil, err
+			}
+			return NewSink(c), nil
+		},
+	})
+}
+
+// Config is a list source block, decoded: the source's Options and the pipeline's dead-letter
+// list.
+type Config struct {
+	Options
+	DeadLetter string
+
+	keyRange        hcl.Range  // the key attribute's value
+	processingRange *hcl.Range // the processing attribute's value; nil when defaulted
+}
+
+var (
+	_ transports.Config          = (*Config)(nil)
+	_ transports.ClusterChecker  = (*Config)(nil)
+	_ transports.Inspector       = (*Config)(nil)
+	_ transports.DeadLetterStore = (*Config)(nil)
+)
+
+// Decode reads the source block; a reliable list's processing list defaults to
+// "<key>:processing:<consumer>".
+func (c *Config) Decode(b *transports.Block) {
+	a := b.Attrs()
+	a.NonEmpty("consumer", &c.Consumer)
+	if c.Consumer == "" || b.ConsumerOverride {
+		c.Consumer = b.Consumer
+	}
+	c.Batch = DefaultBatch
+	a.Count("batch", &c.Batch)
+	c.Block = DefaultBlock
+	a.Duration("block", &c.Block)
+
+	if k := a.Get("key"); k != nil {
+		c.keyRange = k.Expr.Range()
+	}
+	a.NonEmpty("key", &c.Key)
+	c.Reliable = true
+	a.Bool("reliable", &c.Reliable)
+	p := a.Get("processing")
+	a.NonEmpty("processing", &c.Processing)
+	switch {
+	case p != nil && !c.Reliable:
+		b.Report(transports.Unsupported(p, `"processing" is only used by a reliable list (reliable = true).`))
+		c.Processing = ""
+	case p == nil && c.Reliable && c.Key != "":
+		c.Processing = fmt.Sprintf("%s:processing:%s", c.Key, c.Consumer)
+	case p != nil:
+		c.processingRange = p.Expr.Range().Ptr()
+	}
+
+	c.DeadLetter = b.Pipeline.DeadLetter
+	b.RejectDeadLetterKey(c.Key)
+}
+
+// NaturalKey is the list's key.
+func (c *Config) NaturalKey() string { return c.Key }
+
+// Capabilities: a reliable list acknowledges (LREM); a simple list has nothing to settle.
+func (c *Config) Capabilities() engine.Capabilities {
+	return engine.Capabilities{Ack: c.Reliable, Batch: c.Batch}
+}
+
+// Build returns the source, reading with the client of its redis block.
+func (c *Config) Build(_ context.Context, env *transports.Env) (engine.Source, error) {
+	client, err := env.Client()
+	if err != nil {
+		return nil, err
+	}
+	s, err := New(client, c.Options, env.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// CheckCluster: a reliable list's processing list must share its key's slot, since BLMOVE moves
+// elements between them. The diagnostic points at the attribute to change and names keys that
+// would work.
+func (c *Config) CheckCluster(redisBlock string) hcl.Diagnostics {
+	if !c.Reliable || c.Key == "" || c.Processing == "" {
+		return nil
+	}
+	cluster := fmt.Sprintf("The redis block %q is a Redis Cluster", redisBlock)
+	key, p := c.Key, c.Processing
+	if c.processingRange == nil {
+		// The default "<key>:processing:<consumer>" shares key's tag, and without a tag it
+		// shares key's slot only by chance, for some consumer names.
+		if _, ok := keyslot.HashTag(key); ok {
+			return nil
+		}
+		detail := fmt.Sprintf("%s, and a reliable list's processing list must be in the slot of its key (BLMOVE moves elements between them), but key %q has no hash tag, and its default processing list %q holds the consumer name, so the two share a slot only by chance. ",
+			cluster, key, p)
+		detail += keyslot.SuggestPair(key, p, "key", "processing", false)
+		return hcl.Diagnostics{slotDiag(c.keyRange, detail)}
+	}
+	if keyslot.Of(key) == keyslot.Of(p) {
+		return nil
+	}
+	detail := fmt.Sprintf("%s, and a reliable list's processing list must be in the slot of its key (BLMOVE moves elements between them), but key %q is in slot %d and processing %q in slot %d. ",
+		cluster, key, keyslot.Of(key), p, keyslot.Of(p))
+	detail += keyslot.SuggestPair(key, p, "key", "processing", true)
+	return hcl.Diagnostics{slotDiag(*c.processingRange, detail)}
+}
+
+func slotDiag(subject hcl.Range, detail string) *hcl.Diagnostic {
+	return &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  "Keys in different cluster slots",
+		Detail:   detail,
+		Subject:  subject.Ptr(),
+	}
+}
+
+// Inspect reads the list's length, a reliable list's processing list (its pending deliveries)
+// and the dead letters.
+func (c *Config) Inspect(ctx context.Context, env *transports.Env) (transports.Stats, error) {
+	row := transports.Stats{Key: c.Key}
+	client, err := env.Client()
+	if err != nil {
+		return row, err
+	}
+	n, err := client.LLen(ctx, c.Key).Result()
+	if err != nil {
+		return row, fmt.Errorf("llen %s: %w", c.Key, err)
+	}
+	row.Length = &n
+	if c.Reliable && c.Processing != "" {
+		row.Processing = c.Processing
+		n, err := client.LLen(ctx, c.Processing).Result()
+		if err != nil {
+			return row, fmt.Errorf("llen %s: %w", c.Processing, err)
+		}
+		row.Pending = &n
+	}
+	if c.DeadLetter != "" {
+		row.DeadLetter = c.DeadLetter
+		n, err := client.LLen(ctx, c.DeadLetter).Result()
+		if err != nil {
+			return row, fmt.Errorf("dead letters %s: %w", c.DeadLetter, err)
+		}
+		row.DeadLetters = &n
+	}
+	return row, nil
+}
+
+// CheckRedrive: a list's dead letters can always go back to it.
+func (c *Config) CheckRedrive() error { return nil }
+
+// ListDeadLetters reads the dead-letter list, oldest (tail) first.
+func (c *Config) ListDeadLetters(ctx context.Context, env *transports.Env, limit int) ([]transports.DeadLetter, int64, error) {
+	client, err := env.Client()
+	if err != nil {
+		return nil, 0, err
+	}
+	dls, err := ReadDeadLetters(ctx, client, c.DeadLetter, limit)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]transports.DeadLetter, len(dls))
+	for i, dl := range dls {
+		out[i] = transports.DeadLetter{Message: dl.Message}
+	}
+	total, err := client.LLen(ctx, c.DeadLetter).Result()
+	if err != nil {
+		return out, 0, fmt.Errorf("llen %s: %w", c.DeadLetter, err)
+	}
+	return out, total, nil
+}
+
+// RedriveDeadLetters moves dead letters back onto the list (Redrive).
+func (c *Config) RedriveDeadLetters(ctx context.Context, env *transports.Env, limit int) (int, string, error) {
+	client, err := env.Client()
+	if err != nil {
+		return 0, c.Key, err
+	}
+	moved, err := Redrive(ctx, client, c.DeadLetter, c.Key, limit)
+	return moved, c.Key, err
+}

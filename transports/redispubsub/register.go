@@ -1,0 +1,217 @@
+package redispubsub
+
+// The pubsub kind and the pubsub emit, registered with package transports: how a source block is
+// decoded and checked (SPEC §2), built, inspected and redriven.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/codec"
+	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/transports"
+	// Dead letters of a Pub/Sub source are stream entries (SPEC §5): flowrun dlq reads and
+	// deletes them with the stream transport's tools.
+	"github.com/flowrun/flowrun/transports/redisstream"
+)
+
+func init() {
+	transports.Register(transports.Kind{
+		Name:          "pubsub",
+		Order:         50,
+		Redis:         true,
+		Schema:        hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "channels"}, {Name: "patterns"}}},
+		PipelineAttrs: []transports.PipelineAttr{{Name: "retry_to", AppliesTo: `a pubsub source with "patterns"`}},
+		New:           func() transports.Config { return &Config{} },
+	})
+	transports.RegisterEmit(transports.EmitKind{
+		Name:  "pubsub",
+		Order: 30,
+		Redis: true,
+		Sink: func(t engine.Target, env *transports.Env) (engine.Sink, error) {
+			c, err := env.Redis(t.Redis)
+			if err != nil {
+				return nil, err
+			}
+			return NewSink(c), nil
+		},
+	})
+}
+
+// Config is a pubsub source block, decoded: the source's Options (the pipeline's retry_to
+// included) and the pipeline's dead-letter stream.
+type Config struct {
+	Options
+	DeadLetter string
+}
+
+var (
+	_ transports.Config          = (*Config)(nil)
+	_ transports.Inspector       = (*Config)(nil)
+	_ transports.DeadLetterStore = (*Config)(nil)
+)
+
+// Decode reads the source block (channels or patterns) and the pipeline's retry_to, required
+// with patterns when the pipeline can retry.
+func (c *Config) Decode(b *transports.Block) {
+	a, p := b.Attrs(), b.PipelineAttrs()
+	ch, pa := a.Get("channels"), a.Get("patterns")
+	switch {
+	case ch != nil && pa != nil:
+		second := pa
+		if ch.NameRange.Start.Byte > pa.NameRange.Start.Byte {
+			second = ch
+		}
+		b.Report(&hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Conflicting arguments",
+			Detail:   `A pubsub source takes "channels" or "patterns", not both.`,
+			Subject:  second.NameRange.Ptr(),
+		})
+	case ch == nil && pa == nil:
+		b.Report(&hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Missing required argument",
+			Detail:   `A pubsub source needs "channels" or "patterns" (a list).`,
+			Subject:  b.DefRange.Ptr(),
+		})
+	}
+	a.Strings("channels", &c.Channels)
+	a.Strings("patterns", &c.Patterns)
+
+	patterns := len(c.Patterns) > 0
+	if r := p.Get("retry_to"); r != nil {
+		p.NonEmpty("retry_to", &c.RetryTo)
+		if !patterns {
+			b.Report(transports.Unsupported(r, `"retry_to" only applies to a pubsub source with "patterns"; this pubsub source reads channels, and copies go back to the channel they came from.`))
+		}
+	} else if patterns && b.Pipeline.CanRetry {
+		b.Report(transports.MissingArgument(b.Pipeline.DefRange, "retry_to",
+			"for a pipeline that reads pubsub patterns and can retry (the channel retry copies are published to)"))
+	}
+	c.DeadLetter = b.Pipeline.DeadLetter
+}
+
+// NaturalKey is the only channel ("" for several, or for patterns).
+func (c *Config) NaturalKey() string {
+	if len(c.Channels) == 1 {
+		return c.Channels[0]
+	}
+	return ""
+}
+
+// Capabilities: Pub/Sub has no acknowledgement.
+func (c *Config) Capabilities() engine.Capabilities { return engine.Capabilities{} }
+
+// Build returns the source, subscribing with the client of its redis block.
+func (c *Config) Build(_ context.Context, env *transports.Env) (engine.Source, error) {
+	client, err := env.Client()
+	if err != nil {
+		return nil, err
+	}
+	s, err := New(client, c.Options, env.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// names is what the source subscribes to, comma-separated.
+func (c *Config) names() string {
+	if len(c.Patterns) > 0 {
+		return strings.Join(c.Patterns, ",")
+	}
+	return strings.Join(c.Channels, ",")
+}
+
+// Inspect: Redis keeps nothing of a channel; only the dead letters have a count.
+func (c *Config) Inspect(ctx context.Context, env *transports.Env) (transports.Stats, error) {
+	row := transports.Stats{Key: c.names()}
+	if c.DeadLetter == "" {
+		return row, nil
+	}
+	client, err := env.Client()
+	if err != nil {
+		return row, err
+	}
+	row.DeadLetter = c.DeadLetter
+	n, err := client.XLen(ctx, c.DeadLetter).Result()
+	if err != nil {
+		return row, fmt.Errorf("dead letters %s: %w", c.DeadLetter, err)
+	}
+	row.DeadLetters = &n
+	return row, nil
+}
+
+// CheckRedrive: under patterns, dead letters go to retry_to, which must be set.
+func (c *Config) CheckRedrive() error {
+	if len(c.Patterns) > 0 && c.RetryTo == "" {
+		return errors.New("subscribes to patterns and has no retry_to: no channel to publish its dead letters to")
+	}
+	return nil
+}
+
+// ListDeadLetters reads the dead-letter stream.
+func (c *Config) ListDeadLetters(ctx context.Context, env *transports.Env, limit int) ([]transports.DeadLetter, int64, error) {
+	client, err := env.Client()
+	if err != nil {
+		return nil, 0, err
+	}
+	return redisstream.ListDeadLetters(ctx, client, c.DeadLetter, limit)
+}
+
+// RedriveDeadLetters publishes dead letters back to their channels: x-original-key, or retry_to
+// under patterns, one PUBLISH per letter, and deletes each letter only once a subscriber
+// received it. A PUBLISH that reaches nobody is lost, so it stops there and the letter stays. In
+// a Redis Cluster PUBLISH counts only the receivers on the node that took it, so there the count
+// is not checked. The target it returns is the channels it published to, sorted.
+func (c *Config) RedriveDeadLetters(ctx context.Context, env *transports.Env, limit int) (int, string, error) {
+	target := c.names()
+	if len(c.Patterns) > 0 {
+		target = c.RetryTo
+	}
+	client, err := env.Client()
+	if err != nil {
+		return 0, target, err
+	}
+	_, cluster := client.(*redis.ClusterClient)
+	used := map[string]bool{}
+	moved, err := redisstream.RedriveWith(ctx, client, c.DeadLetter, limit, func(ctx context.Context, batch []redisstream.DeadLetter) (int, error) {
+		for i, dl := range batch {
+			ch := c.RetryTo
+			if len(c.Patterns) == 0 {
+				ch = dl.Message.Headers[engine.HeaderOriginalKey]
+				if ch == "" && len(c.Channels) == 1 {
+					ch = c.Channels[0]
+				}
+			}
+			if ch == "" {
+				return i, fmt.Errorf("dead letter %s has no %s header, and the pipeline reads %d channels: cannot tell where it goes", dl.Message.ID, engine.HeaderOriginalKey, len(c.Channels))
+			}
+			n, err := client.Publish(ctx, ch, codec.EncodeEnvelope(redisstream.RedriveCopy(dl.Message))).Result()
+			if err != nil {
+				return i, fmt.Errorf("publish %s: %w", ch, err)
+			}
+			if n == 0 && !cluster {
+				return i, fmt.Errorf("no subscriber on channel %s: a message published now would be lost, so dead letter %s and the ones after it were left in %s; start the pipeline and redrive again", ch, dl.Message.ID, c.DeadLetter)
+			}
+			used[ch] = true
+		}
+		return len(batch), nil
+	})
+	if len(used) > 0 {
+		chans := make([]string, 0, len(used))
+		for ch := range used {
+			chans = append(chans, ch)
+		}
+		slices.Sort(chans)
+		target = strings.Join(chans, ",")
+	}
+	return moved, target, err
+}

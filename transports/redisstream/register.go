@@ -1,0 +1,266 @@
+package redisstream
+
+// The stream, claiming and reclaim kinds and the stream emit, registered with package
+// transports: how a source block is decoded and checked (SPEC §2, §5), built, inspected
+// and redriven.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/internal/hclutil"
+	"github.com/flowrun/flowrun/internal/keyslot"
+	"github.com/flowrun/flowrun/transports"
+)
+
+func init() {
+	delay := []transports.PipelineAttr{
+		{Name: "delayed_retry", AppliesTo: "stream sources (stream, claiming and reclaim)"},
+		{Name: "delay_key", AppliesTo: "stream sources (stream, claiming and reclaim)"},
+	}
+	for i, kind := range []string{KindStream, KindClaiming, KindReclaim} {
+		schema := hcl.BodySchema{Attributes: []hcl.AttributeSchema{
+			{Name: "stream", Required: true}, {Name: "group"}, {Name: "consumer"}, {Name: "start"},
+			{Name: "batch"}, {Name: "block"},
+		}}
+		if kind != KindStream {
+			schema.Attributes = append(schema.Attributes, hcl.AttributeSchema{Name: "min_idle", Required: true})
+		}
+		transports.Register(transports.Kind{
+			Name:          kind,
+			Order:         10 * (i + 1),
+			Redis:         true,
+			Schema:        schema,
+			PipelineAttrs: delay,
+			New:           func() transports.Config { return &Config{Options: Options{Kind: kind}} },
+		})
+	}
+	transports.RegisterEmit(transports.EmitKind{
+		Name:  "stream",
+		Order: 10,
+		Redis: true,
+		Sink: func(t engine.Target, env *transports.Env) (engine.Sink, error) {
+			c, err := env.Redis(t.Redis)
+			if err != nil {
+				return nil, err
+			}
+			return NewSink(c), nil
+		},
+	})
+}
+
+// Config is a stream, claiming or reclaim source block, decoded: the source's Options (the
+// pipeline's delayed_retry and delay_key included) and the pipeline's dead-letter stream.
+type Config struct {
+	Options
+	DeadLetter string
+
+	streamRange   hcl.Range  // the stream attribute's value
+	delayKeyRange *hcl.Range // the delay_key attribute's value; nil when defaulted
+}
+
+var (
+	_ transports.Config          = (*Config)(nil)
+	_ transports.ClusterChecker  = (*Config)(nil)
+	_ transports.Inspector       = (*Config)(nil)
+	_ transports.DeadLetterStore = (*Config)(nil)
+)
+
+var delayModes = []string{DelayRuntime, DelayDurableZSet}
+
+// Decode reads the source block and the pipeline's delayed_retry and delay_key.
+func (c *Config) Decode(b *transports.Block) {
+	a, p := b.Attrs(), b.PipelineAttrs()
+	a.NonEmpty("consumer", &c.Consumer)
+	if c.Consumer == "" || b.ConsumerOverride {
+		c.Consumer = b.Consumer
+	}
+	c.Batch = DefaultBatch
+	a.Count("batch", &c.Batch)
+	c.Block = DefaultBlock
+	a.Duration("block", &c.Block)
+
+	if s := a.Get("stream"); s != nil {
+		c.streamRange = s.Expr.Range()
+	}
+	a.NonEmpty("stream", &c.Stream)
+	c.Group = b.Pipeline.Name
+	a.NonEmpty("group", &c.Group)
+	c.Start = DefaultStart
+	if a.String("start", &c.Start) && c.Start != "0" && c.Start != "$" {
+		b.Report(transports.InvalidValue(a.Get("start"), `"start" must be "0" (the whole backlog) or "$" (only new entries).`))
+	}
+	if c.Kind != KindStream {
+		a.Duration("min_idle", &c.MinIdle)
+	}
+
+	c.DelayedRetry = DelayRuntime
+	var mode string
+	if p.String("delayed_retry", &mode) {
+		if mode != DelayRuntime && mode != DelayDurableZSet {
+			b.Report(transports.InvalidValue(p.Get("delayed_retry"), fmt.Sprintf("%q is not a delayed_retry mode.%s It is %s.",
+				mode, hclutil.DidYouMean(mode, delayModes), hclutil.QuoteList(delayModes, "or"))))
+		} else {
+			c.DelayedRetry = mode
+		}
+	}
+	if dk := p.Get("delay_key"); dk != nil {
+		p.NonEmpty("delay_key", &c.DelayKey)
+		c.delayKeyRange = dk.Expr.Range().Ptr()
+		if c.DelayedRetry != DelayDurableZSet {
+			b.Report(transports.Unsupported(dk, `"delay_key" is only used with delayed_retry = "durable_zset".`))
+		}
+	}
+	if c.DelayedRetry == DelayDurableZSet && c.DelayKey == "" && c.Stream != "" {
+		c.DelayKey = c.Stream + DelayKeySuffix
+	}
+
+	c.DeadLetter = b.Pipeline.DeadLetter
+	b.RejectDeadLetterKey(c.Stream)
+}
+
+// NaturalKey is the stream.
+func (c *Config) NaturalKey() string { return c.Stream }
+
+// Capabilities is what the source built from c declares.
+func (c *Config) Capabilities() engine.Capabilities { return c.capabilities() }
+
+func (o Options) capabilities() engine.Capabilities {
+	if o.Kind == KindStream {
+		return engine.Capabilities{Ack: true, DurableDelay: o.DelayedRetry == DelayDurableZSet, Batch: o.Batch}
+	}
+	return engine.Capabilities{Ack: true, RetryInPlace: true, MinIdle: o.MinIdle, DeliveryCount: true, Batch: o.Batch}
+}
+
+// Build returns the source, reading with the client of its redis block.
+func (c *Config) Build(_ context.Context, env *transports.Env) (engine.Source, error) {
+	client, err := env.Client()
+	if err != nil {
+		return nil, err
+	}
+	s, err := New(client, c.Options, env.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// CheckCluster: a durable_zset delay queue must share its stream's slot, since one script moves
+// copies between them (SPEC §5). The diagnostic points at the attribute to change and names keys
+// that would work.
+func (c *Config) CheckCluster(redisBlock string) hcl.Diagnostics {
+	if c.DelayedRetry != DelayDurableZSet || c.Stream == "" || c.DelayKey == "" {
+		return nil
+	}
+	stream, dk := c.Stream, c.DelayKey
+	if keyslot.Of(stream) == keyslot.Of(dk) {
+		return nil
+	}
+	detail := fmt.Sprintf("The redis block %q is a Redis Cluster, and a durable_zset delay queue must be in the slot of its stream (one script moves copies between them), but stream %q is in slot %d and ",
+		redisBlock, stream, keyslot.Of(stream))
+	subject := c.streamRange
+	if c.delayKeyRange != nil {
+		subject = *c.delayKeyRange
+		detail += fmt.Sprintf("delay_key %q in slot %d.", dk, keyslot.Of(dk))
+	} else {
+		detail += fmt.Sprintf("its default delay_key %q in slot %d.", dk, keyslot.Of(dk))
+	}
+	detail += " " + keyslot.SuggestPair(stream, dk, "stream", "delay_key", c.delayKeyRange != nil)
+	return hcl.Diagnostics{{
+		Severity: hcl.DiagError,
+		Summary:  "Keys in different cluster slots",
+		Detail:   detail,
+		Subject:  subject.Ptr(),
+	}}
+}
+
+// Inspect reads the stream's length, its group's lag and pending entries, the delay queue and
+// the dead letters.
+func (c *Config) Inspect(ctx context.Context, env *transports.Env) (transports.Stats, error) {
+	row := transports.Stats{Key: c.Stream, Group: c.Group}
+	client, err := env.Client()
+	if err != nil {
+		return row, err
+	}
+	st, err := ReadStats(ctx, client, c.Stream, c.Group)
+	if err != nil {
+		return row, err
+	}
+	row.Length = &st.Length
+	row.Pending = new(int64)
+	if st.GroupExists {
+		row.Pending = &st.Pending
+		if st.Lag >= 0 {
+			row.Lag = &st.Lag
+		} else {
+			row.LagUnknown = true
+		}
+		if st.Pending > 0 {
+			row.OldestPendingIdle = &st.OldestIdle
+		}
+	}
+	if c.DelayedRetry == DelayDurableZSet && c.DelayKey != "" {
+		row.DelayKey = c.DelayKey
+		d, err := ReadDelayStats(ctx, client, c.DelayKey)
+		if err != nil {
+			return row, err
+		}
+		row.Delayed = &d.Size
+		if !d.NextDue.IsZero() {
+			row.NextDue = &d.NextDue
+		}
+	}
+	if c.DeadLetter != "" {
+		row.DeadLetter = c.DeadLetter
+		n, err := client.XLen(ctx, c.DeadLetter).Result()
+		if err != nil {
+			return row, fmt.Errorf("dead letters %s: %w", c.DeadLetter, err)
+		}
+		row.DeadLetters = &n
+	}
+	return row, nil
+}
+
+// CheckRedrive: a stream's dead letters can always go back to it.
+func (c *Config) CheckRedrive() error { return nil }
+
+// ListDeadLetters reads the dead-letter stream.
+func (c *Config) ListDeadLetters(ctx context.Context, env *transports.Env, limit int) ([]transports.DeadLetter, int64, error) {
+	client, err := env.Client()
+	if err != nil {
+		return nil, 0, err
+	}
+	return ListDeadLetters(ctx, client, c.DeadLetter, limit)
+}
+
+// RedriveDeadLetters moves dead letters back onto the stream (Redrive).
+func (c *Config) RedriveDeadLetters(ctx context.Context, env *transports.Env, limit int) (int, string, error) {
+	client, err := env.Client()
+	if err != nil {
+		return 0, c.Stream, err
+	}
+	moved, err := Redrive(ctx, client, c.DeadLetter, c.Stream, limit)
+	return moved, c.Stream, err
+}
+
+// ListDeadLetters reads up to limit entries (0: all) of the dead-letter stream key, oldest
+// first, and its length: `flowrun dlq list` of every source whose dead letters are a stream.
+func ListDeadLetters(ctx context.Context, c redis.UniversalClient, key string, limit int) ([]transports.DeadLetter, int64, error) {
+	dls, err := ReadDeadLetters(ctx, c, key, limit)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]transports.DeadLetter, len(dls))
+	for i, dl := range dls {
+		out[i] = transports.DeadLetter{ID: dl.Message.ID, Message: dl.Message}
+	}
+	total, err := c.XLen(ctx, key).Result()
+	if err != nil {
+		return out, 0, fmt.Errorf("xlen %s: %w", key, err)
+	}
+	return out, total, nil
+}

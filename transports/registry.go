@@ -1,0 +1,182 @@
+// Package transports is the registry of source kinds and emit kinds. Each transport package
+// registers what it provides in init, as Caddy modules do; config decodes source blocks and
+// emit blocks through the registry, and cli builds, inspects and redrives sources and opens
+// sinks through it, so neither of them names a kind.
+//
+// A source kind declares its block's schema (Kind.Schema), the pipeline attributes only it takes
+// (Kind.PipelineAttrs) and a constructor of its Config, which decodes the block with positioned
+// diagnostics (Config.Decode), builds the engine.Source for a run (Config.Build) and may
+// implement the optional interfaces: ClusterChecker (load-time Redis Cluster checks),
+// StdinReader, Inspector (flowrun inspect), DeadLetterStore (flowrun dlq) and
+// DeadLetterLocator. An emit kind declares what its block takes and a sink constructor.
+//
+// The built-in transports register themselves when package transports/builtin is imported;
+// package cli imports it, so a custom binary whose main calls cli.Main has them, and a new
+// transport is one package plus a blank import.
+package transports
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/flowrun/flowrun/engine"
+)
+
+// Kind is a source kind: what `source "NAME" {}` means.
+type Kind struct {
+	// Name is the source block's label.
+	Name string
+	// Order places the kind in lists shown to people (the diagnostics that name the kinds):
+	// ascending, then by name; 0 sorts after every numbered kind. The built-in kinds take 10 to
+	// 70 in SPEC §2's order.
+	Order int
+	// Redis says the source reads from a redis block: its block takes the "redis" attribute,
+	// which config resolves (optional when exactly one redis block exists) and which
+	// Env.RedisBlock names at run time. Schema must not list "redis".
+	Redis bool
+	// Schema is the source block's body. config decodes the block with it: an attribute that is
+	// not here is reported (naming the kinds that take it, or hcl's "Did you mean"), and a
+	// Required attribute that is missing is reported at the block's header as `The argument
+	// "NAME" is required for a KIND source.` Block.Body holds what was written.
+	Schema hcl.BodySchema
+	// PipelineAttrs are pipeline attributes that only some kinds take (SPEC §2). A pipeline
+	// whose source's kind does not list one reports it as an unsupported argument.
+	PipelineAttrs []PipelineAttr
+	// New returns an empty Config of this kind, for config to decode a block into.
+	New func() Config
+}
+
+// PipelineAttr is a pipeline attribute that only some source kinds take, such as delayed_retry.
+type PipelineAttr struct {
+	Name string
+	// AppliesTo says which sources take it, for the message on a pipeline whose source does not:
+	// `"delay_key" only applies to APPLIES_TO; this pipeline's source is a list source.` Kinds
+	// that share an attribute should share the wording; the first kind in Order's is used.
+	AppliesTo string
+}
+
+// EmitKind is what `emit "NAME" {}` in a rule means, and where emitted messages of that kind go.
+type EmitKind struct {
+	// Name is the emit block's label, and engine.Target.Kind.
+	Name string
+	// Order places the kind in lists shown to people, as Kind.Order does.
+	Order int
+	// Redis says the emit writes to a redis block: its block takes "redis" (default: the
+	// source's own redis block, else the only one), resolved into engine.Target.Redis.
+	Redis bool
+	// Path says the emit block takes "path", a file resolved against the HCL file's folder
+	// into engine.Target.Path.
+	Path bool
+	// GoesTo says where an emit without Redis writes, for the message on a "redis" attribute
+	// written in its block: `a record goes to GOES_TO.`
+	GoesTo string
+	// Sink opens the sink of a target of this kind; the engine caches it per target. Whatever
+	// it opens that needs closing it registers with env.OnClose.
+	Sink func(t engine.Target, env *Env) (engine.Sink, error)
+}
+
+var (
+	mu    sync.RWMutex
+	kinds = map[string]Kind{}
+	emits = map[string]EmitKind{}
+)
+
+// Register adds a source kind; transport packages call it in init. It panics on a programmer's
+// mistake (an empty or duplicate name, no New, "redis" in the Schema), found the first time the
+// binary starts.
+func Register(k Kind) {
+	if k.Name == "" || k.New == nil {
+		panic("transports: Register needs a Name and New")
+	}
+	for _, a := range k.Schema.Attributes {
+		if a.Name == "redis" {
+			panic(fmt.Sprintf("transports: source kind %q lists \"redis\" in its Schema; set Kind.Redis instead", k.Name))
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := kinds[k.Name]; dup {
+		panic(fmt.Sprintf("transports: source kind %q registered twice", k.Name))
+	}
+	kinds[k.Name] = k
+}
+
+// Lookup finds a registered source kind.
+func Lookup(name string) (Kind, bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	k, ok := kinds[name]
+	return k, ok
+}
+
+// Kinds lists the registered source kinds by Order, then name.
+func Kinds() []Kind {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]Kind, 0, len(kinds))
+	for _, k := range kinds {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b Kind) int { return compare(a.Order, a.Name, b.Order, b.Name) })
+	return out
+}
+
+// RegisterEmit adds an emit kind; transport packages call it in init. It panics on an empty or
+// duplicate name or a nil Sink.
+func RegisterEmit(e EmitKind) {
+	if e.Name == "" || e.Sink == nil {
+		panic("transports: RegisterEmit needs a Name and Sink")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := emits[e.Name]; dup {
+		panic(fmt.Sprintf("transports: emit kind %q registered twice", e.Name))
+	}
+	emits[e.Name] = e
+}
+
+// LookupEmit finds a registered emit kind.
+func LookupEmit(name string) (EmitKind, bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	e, ok := emits[name]
+	return e, ok
+}
+
+// EmitKinds lists the registered emit kinds by Order, then name.
+func EmitKinds() []EmitKind {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]EmitKind, 0, len(emits))
+	for _, e := range emits {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b EmitKind) int { return compare(a.Order, a.Name, b.Order, b.Name) })
+	return out
+}
+
+func compare(ao int, an string, bo int, bn string) int {
+	rank := func(o int) int {
+		if o <= 0 {
+			return math.MaxInt
+		}
+		return o
+	}
+	if ra, rb := rank(ao), rank(bo); ra != rb {
+		if ra < rb {
+			return -1
+		}
+		return 1
+	}
+	switch {
+	case an < bn:
+		return -1
+	case an > bn:
+		return 1
+	}
+	return 0
+}
