@@ -73,6 +73,21 @@ func (e *redisEnv) llen(key string) int64 {
 	return n
 }
 
+// llens reads the lengths of a and b at one instant (one MULTI), so an element moving between
+// them while flowrun reads is never counted twice or not at all.
+func (e *redisEnv) llens(a, b string) (int64, int64) {
+	e.t.Helper()
+	var ca, cb *redis.IntCmd
+	_, err := e.rdb.TxPipelined(context.Background(), func(p redis.Pipeliner) error {
+		ca, cb = p.LLen(context.Background(), a), p.LLen(context.Background(), b)
+		return nil
+	})
+	if err != nil {
+		e.t.Fatalf("llen %s %s: %v", a, b, err)
+	}
+	return ca.Val(), cb.Val()
+}
+
 // keys returns every key in the server, sorted.
 func (e *redisEnv) keys() []string {
 	e.t.Helper()
@@ -450,7 +465,7 @@ func TestListRetryAfter(t *testing.T) {
 // name, handles every element at least once and leaves both lists empty.
 func TestReliableListSurvivesKill9(t *testing.T) {
 	t.Parallel()
-	const n = 10000
+	const n = 50000 // enough that the kill lands mid-backlog at full speed
 	e := newRedisEnv(t)
 	// No consumer in the file: --consumer names it, so both runs share one processing list.
 	cfg := e.config(`pipeline "jobs" {
@@ -562,7 +577,7 @@ func TestReliableListBackpressure(t *testing.T) {
 	eventually(t, 5*time.Second, "every handler busy", func() bool { return e.llen(processing) >= concurrency })
 	// Watch a while: reading has stopped, within the bound, and nothing went missing.
 	for range 30 {
-		out, left := e.llen(processing), e.llen("jobs")
+		out, left := e.llens(processing, "jobs")
 		if out > concurrency+batch {
 			t.Fatalf("%d elements out of the list, want at most %d", out, concurrency+batch)
 		}
