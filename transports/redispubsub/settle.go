@@ -3,7 +3,6 @@ package redispubsub
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/redis/go-redis/v9"
 
@@ -11,10 +10,6 @@ import (
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/transports/redisconn"
 )
-
-// payloadField is the stream field that holds a dead letter's payload; every other field is a
-// header (the stream entry mapping of SPEC §3).
-const payloadField = "payload"
 
 // Settle executes a batch of settlements, pipelined: ActAck does nothing; ActRequeue PUBLISHes
 // the copy to its channel (RetryTo under patterns); ActDeadLetter XADDs the copy to the
@@ -76,7 +71,7 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 			if pipe == nil {
 				pipe = s.client.Pipeline()
 			}
-			cmd = pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: StreamValues(st.Copy)})
+			cmd = pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: codec.StreamFields(st.Copy)})
 		}
 		cmds, idx, toks = append(cmds, cmd), append(idx, i), append(toks, t)
 	}
@@ -139,22 +134,4 @@ func (s *Source) retryChannel(m *engine.Message) string {
 		return s.opts.RetryTo
 	}
 	return m.Key
-}
-
-// StreamValues maps a message to stream entry fields: its headers, in name order, then the
-// field "payload" holding the payload. A header named "payload" cannot be represented and is
-// left out.
-func StreamValues(m *engine.Message) []any {
-	names := make([]string, 0, len(m.Headers))
-	for k := range m.Headers {
-		if k != payloadField {
-			names = append(names, k)
-		}
-	}
-	slices.Sort(names)
-	vals := make([]any, 0, 2*len(names)+2)
-	for _, k := range names {
-		vals = append(vals, k, m.Headers[k])
-	}
-	return append(vals, payloadField, m.Payload)
 }

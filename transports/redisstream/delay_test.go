@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
 )
 
@@ -47,7 +48,7 @@ func TestDelayedMemberRoundTrip(t *testing.T) {
 			if len(entries) != 1 {
 				t.Fatalf("moved %d entries", len(entries))
 			}
-			want := Fields(tt.msg)
+			want := codec.StreamFields(tt.msg)
 			got := fieldsOf(entries[0])
 			if len(got)*2 != len(want) {
 				t.Fatalf("fields %q, want %q", got, want)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/transports/redisconn"
 )
@@ -105,7 +106,7 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 			op.member = encodeDelayed(s.o.Stream, id, st.Copy)
 			op.score = float64(st.Due.UnixMilli())
 		} else {
-			op.fields = Fields(st.Copy)
+			op.fields = codec.StreamFields(st.Copy)
 		}
 		switch {
 		case s.sameSlot(op.key):
@@ -309,7 +310,7 @@ func (s *Source) Requeue(ctx context.Context, msgs []*engine.Message) error {
 	}
 	pipe := s.c.Pipeline()
 	for _, m := range msgs {
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: s.o.Stream, ID: "*", Values: Fields(m)})
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: s.o.Stream, ID: "*", Values: codec.StreamFields(m)})
 	}
 	cmds, err := execCmds(ctx, pipe)
 	var se engine.SettleError

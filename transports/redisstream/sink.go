@@ -6,12 +6,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/transports/redisconn"
 )
 
 // sink writes emitted messages to streams (emit "stream", SPEC §7): one XADD per message to its
-// Key, headers and payload as fields (Fields), all in one pipeline.
+// Key, headers and payload as fields (codec.StreamFields), all in one pipeline.
 type sink struct{ client redis.UniversalClient }
 
 // NewSink returns a stream sink on client, which stays the caller's.
@@ -31,7 +32,7 @@ func (k sink) Publish(ctx context.Context, msgs ...*engine.Message) error {
 		if m.Key == "" {
 			return errors.New("redisstream: emit without a key")
 		}
-		cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: m.Key, ID: "*", Values: Fields(m)})
+		cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: m.Key, ID: "*", Values: codec.StreamFields(m)})
 	}
 	return redisconn.ExecFaults(ctx, k.client, pipe, cmds, nil)
 }
