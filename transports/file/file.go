@@ -29,7 +29,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,7 +36,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -377,20 +375,14 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 			fail(i, "settle", s.opts.Path, fmt.Errorf("file: settle: delivery without a file token: %w", engine.ErrPermanent))
 			continue
 		}
-		switch st.Action {
-		case engine.ActAck, engine.ActRequeue, engine.ActDeadLetter:
-		default:
-			fail(i, st.Action.String(), s.opts.Path, fmt.Errorf("file: settle line %d: %s: %w", tok.line, st.Action, engine.ErrUnsupported))
+		c, err := codec.RecordCopy(st, "") // a retry copy is appended under its own key
+		if err != nil {
+			fail(i, st.Action.String(), s.opts.Path, fmt.Errorf("file: settle line %d: %w", tok.line, err))
 			continue
 		}
 		toks[i] = tok
-		if tok.settled || tok.copied || st.Action == engine.ActAck {
+		if c == nil || tok.settled || tok.copied {
 			continue // nothing to write: only the checkpoint may be left to do
-		}
-		c, err := copyOf(st, tok)
-		if err != nil {
-			fail(i, st.Action.String(), s.opts.Path, err)
-			continue
 		}
 		copies = append(copies, c)
 		copyIdx = append(copyIdx, i)
@@ -447,23 +439,6 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 		}
 	}
 	return se.Err()
-}
-
-// copyOf returns the record a requeue or dead letter appends.
-func copyOf(st engine.Settlement, tok *token) (*engine.Message, error) {
-	c := st.Copy
-	if c == nil {
-		return nil, fmt.Errorf("file: settle line %d: %s without a copy: %w", tok.line, st.Action, engine.ErrPermanent)
-	}
-	if st.Action == engine.ActDeadLetter {
-		if st.DeadLetterKey == "" {
-			return nil, fmt.Errorf("file: settle line %d: dead letter without a key: %w", tok.line, engine.ErrPermanent)
-		}
-		dl := *c
-		dl.Key = st.DeadLetterKey
-		c = &dl
-	}
-	return c, nil
 }
 
 // Requeue appends runtime copies that came due, each under its own key. When the append fails
@@ -560,28 +535,14 @@ type errFsync struct{ err error }
 func (e errFsync) Error() string { return e.err.Error() }
 func (e errFsync) Unwrap() error { return e.err }
 
-// classify turns a file error into a fault reason and says whether it is permanent (see Settle).
+// classify turns a file error into a fault reason and says whether it is permanent (see
+// Settle): a failed fsync always is; anything else as for every record output
+// (codec.ClassifyWrite).
 func classify(err error) (reason string, permanent bool) {
-	var fe errFsync
-	switch {
-	case errors.Is(err, engine.ErrUnsupported):
-		return "unsupported", true
-	case errors.Is(err, engine.ErrPermanent):
-		return "invalid", true
-	case errors.Is(err, fs.ErrPermission):
-		return "permission", true
-	case errors.Is(err, syscall.EROFS):
-		return "read_only", true
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR):
-		return "not_found", true
-	case errors.As(err, &fe):
+	if fe := (errFsync{}); errors.As(err, &fe) {
 		return "fsync", true
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return "no_space", false
-	case errors.Is(err, syscall.EIO):
-		return "io", false
 	}
-	return "error", false
+	return codec.ClassifyWrite(err)
 }
 
 // markSettled records final settlements and drops the settled prefix of pending.
