@@ -64,7 +64,7 @@ type Options struct {
 	Follow     bool   // at the end of the file, wait for more instead of returning
 	Checkpoint string // where the resume position is stored; "" = none
 	// Batch is accepted for symmetry with the other sources. Reading is synchronous, one record
-	// at a time, so the source never runs more than one record ahead of the engine.
+	// at a time, and never beyond what the engine has room for (engine.Feed).
 	Batch int
 }
 
@@ -83,6 +83,7 @@ type Source struct {
 	skip    []lineRange // lines settled in an earlier run (from the checkpoint)
 	skipIdx int
 	retried bool // at EOF of a replay, already waited once for an append in progress
+	room    int  // records the engine has room for before the next Room
 
 	appMu   sync.Mutex // guards app, appBuf and appEnds
 	app     *os.File   // O_APPEND handle for copies, opened on first use
@@ -224,6 +225,12 @@ func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if s.room == 0 {
+			// Read no more records than the engine can take (engine.Feed).
+			if s.room = feed.Room(ctx); s.room == 0 {
+				return ctx.Err()
+			}
+		}
 		line, size, err := s.lr.Next()
 		if err == nil || errors.Is(err, codec.ErrLineTooLong) {
 			s.retried = false
@@ -298,6 +305,7 @@ func (s *Source) handle(ctx context.Context, feed engine.Feed, line []byte, size
 	s.pending = append(s.pending, entry{line: n, start: start, end: s.off})
 	s.frontier = position{s.off, n}
 	s.mu.Unlock()
+	s.room--
 	if !feed.Push(ctx, []*engine.Delivery{d}) {
 		return ctx.Err() // never handed over: it stays unsettled, so the checkpoint stops before it
 	}

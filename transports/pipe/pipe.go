@@ -69,7 +69,15 @@ func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 	stop := make(chan struct{})
 	defer close(stop)
 	go s.read(items, stop)
+	room := 0 // records the engine has room for before the next Room
 	for {
+		if room == 0 {
+			// Take no more decoded records than the engine can take (engine.Feed); the reader
+			// runs at most a batch ahead of them.
+			if room = feed.Room(ctx); room == 0 {
+				return ctx.Err()
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -80,6 +88,7 @@ func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 			if it.err != nil {
 				return it.err
 			}
+			room--
 			if !feed.Push(ctx, []*engine.Delivery{it.d}) {
 				return ctx.Err()
 			}
