@@ -284,5 +284,6 @@ func freeAddr(t *testing.T) string {
 func TestMain(m *testing.M) {
 	// go-redis prints every failed dial to stderr; fault tests cause many on purpose.
 	redisconn.SetDriverLogger(zerolog.Nop())
-	os.Exit(m.Run())
+	os.Exit(redistest.Main(m)) // one redis-server shared by the tests that need no server of their own
+
 }
