@@ -138,8 +138,9 @@ func (r *Receiver) End(t testing.TB) error {
 	return nil
 }
 
-// Drain takes every delivery until a finite source's Receive returns, which must be nil.
-func (r *Receiver) Drain(t testing.TB) []*engine.Delivery {
+// Rest takes every delivery until Receive returns by itself (a finite source, or a failure)
+// and returns them with Receive's error.
+func (r *Receiver) Rest(t testing.TB) ([]*engine.Delivery, error) {
 	t.Helper()
 	var ds []*engine.Delivery
 	deadline := time.After(Timeout)
@@ -148,16 +149,31 @@ func (r *Receiver) Drain(t testing.TB) []*engine.Delivery {
 		case d, ok := <-r.out:
 			if !ok {
 				r.check(t)
-				if r.err != nil {
-					t.Fatalf("Receive = %v, want nil at the end of the input", r.err)
-				}
-				return ds
+				return ds, r.err
 			}
 			ds = append(ds, d)
 		case <-deadline:
 			t.Fatalf("Receive did not return within %s (%d deliveries)", Timeout, len(ds))
 		}
 	}
+}
+
+// Drain is Rest for a finite source, whose Receive must return nil at the end of its input.
+func (r *Receiver) Drain(t testing.TB) []*engine.Delivery {
+	t.Helper()
+	ds, err := r.Rest(t)
+	if err != nil {
+		t.Fatalf("Receive = %v, want nil at the end of the input", err)
+	}
+	return ds
+}
+
+// Err is Receive's own error once it has returned (Stop, End, Rest), nil before.
+func (r *Receiver) Err() error {
+	if r.Running() {
+		return nil
+	}
+	return r.err
 }
 
 // Stop ends Receive as a stop signal does, waits for it (failing the test after Timeout) and,

@@ -1,0 +1,80 @@
+package transporttest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flowrun/flowrun/engine"
+)
+
+// Faults returns the faults of a Settle or Requeue error, failing the test unless err is an
+// *engine.SettleError (nil for nil).
+func Faults(t testing.TB, err error) []engine.Fault {
+	t.Helper()
+	if err == nil {
+		return nil
+	}
+	var se *engine.SettleError
+	if !errors.As(err, &se) {
+		t.Fatalf("%v (%T), want an *engine.SettleError naming the deliveries that failed", err, err)
+	}
+	return se.Faults
+}
+
+// OnlyFault is the one fault of err, failing the test unless there is exactly one.
+func OnlyFault(t testing.TB, err error) engine.Fault {
+	t.Helper()
+	fs := Faults(t, err)
+	if len(fs) != 1 {
+		t.Fatalf("%v: want exactly one fault", err)
+	}
+	return fs[0]
+}
+
+// WaitFor polls cond every few milliseconds until it holds, failing the test after Timeout.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(Timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", Timeout, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Logs collects a source's zerolog JSON lines (zerolog.New(&logs)) from any goroutine.
+type Logs struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *Logs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// Entries decodes the lines written so far.
+func (l *Logs) Entries(t testing.TB) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var e map[string]any
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
