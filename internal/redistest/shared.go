@@ -1,10 +1,13 @@
 package redistest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"sync"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // One redis-server shared by the tests of a package (Main, Shared), so that a package with many
@@ -42,4 +45,16 @@ func Shared(t testing.TB) *Server {
 		t.Fatal("redistest: no shared server: the package's TestMain must call redistest.Main")
 	}
 	return shared.srv
+}
+
+// Fresh returns the package's shared server (Main), emptied for this test (FLUSHALL: the
+// package's tests run one after another), and a client closed when the test ends.
+func Fresh(t testing.TB) (*Server, *redis.Client) {
+	t.Helper()
+	srv := Shared(t)
+	c := srv.Client(t)
+	if err := c.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatalf("redistest: flushall: %v", err)
+	}
+	return srv, c
 }

@@ -15,6 +15,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) != "" {
+		os.Exit(m.Run()) // TestKillMidBacklog's consumer process: it is given a server
+	}
 	os.Exit(redistest.Main(m)) // one redis-server shared by the tests that need no server of their own
 }
 
@@ -34,6 +37,7 @@ func TestConformance(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel() // the variants use keys of their own
 			transporttest.Run(t, tt.f, func(t *testing.T, o transporttest.SourceOptions) transporttest.Harness {
 				opts := Options{Key: o.Key, Reliable: tt.reliable, Consumer: "w1", Batch: o.Batch, Block: 100 * time.Millisecond}
 				opts.setDefaults()

@@ -26,6 +26,7 @@ func TestConformance(t *testing.T) {
 	for _, patterns := range []bool{false, true} {
 		name := map[bool]string{false: "channels", true: "patterns"}[patterns]
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // the variants use keys of their own
 			transporttest.Run(t, f, func(t *testing.T, o transporttest.SourceOptions) transporttest.Harness {
 				h := &harness{Redis: transporttest.NewRedis(t, srv.Addr), srv: srv, key: o.Key, retry: o.Key}
 				h.opts.Channels = []string{o.Key}

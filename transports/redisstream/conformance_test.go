@@ -40,6 +40,7 @@ func TestConformance(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel() // the variants use keys of their own
 			transporttest.Run(t, tt.f, func(t *testing.T, o transporttest.SourceOptions) transporttest.Harness {
 				opts := tt.opts
 				opts.Stream, opts.Group, opts.Consumer = o.Key, "g", "c1"
@@ -54,7 +55,7 @@ func TestConformance(t *testing.T) {
 }
 
 // conformanceMinIdle is short, so that entries left pending come back quickly.
-const conformanceMinIdle = 200 * time.Millisecond
+const conformanceMinIdle = 150 * time.Millisecond
 
 // harness is the suite's view of a stream source: XADD in, XRANGE and XPENDING out.
 type harness struct {

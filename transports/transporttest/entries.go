@@ -161,7 +161,7 @@ func receiveRoom(e *env) {
 			}
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // reading must have stalled: asserting that needs a wait
+	time.Sleep(150 * time.Millisecond) // reading must have stalled: asserting that needs a wait
 	if e.f.Ack {
 		if n := e.h.Unsettled(e.t); n > bound(taken) {
 			e.t.Fatalf("%d read with %d taken and none more: more than taken + 1 + batch %d", n, taken, batch)
@@ -228,7 +228,7 @@ func receiveEnd(e *env) {
 	in := []*engine.Message{msg("e1"), msg("e2"), msg("e3")}
 	if !e.f.Finite {
 		r, _ := e.deliver(in...)
-		r.None(e.t, 300*time.Millisecond)
+		r.None(e.t, e.quiet())
 		if !r.Running() {
 			e.t.Fatal("Receive returned at the end of the input, but the source is not finite")
 		}

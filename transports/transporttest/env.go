@@ -189,7 +189,7 @@ func (e *env) unsettled(want int) {
 // quiet is how long a negative check waits: longer than it takes an entry left pending to be
 // taken back.
 func (e *env) quiet() time.Duration {
-	return max(300*time.Millisecond, 2*e.caps.MinIdle+100*time.Millisecond)
+	return max(150*time.Millisecond, 2*e.caps.MinIdle+100*time.Millisecond)
 }
 
 // restart closes the source under test and returns a new one over the same keys, receiving.

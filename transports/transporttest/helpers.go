@@ -2,6 +2,7 @@ package transporttest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -77,4 +78,37 @@ func (l *Logs) Entries(t testing.TB) []map[string]any {
 		out = append(out, e)
 	}
 	return out
+}
+
+// RunPipeline runs one pipeline of the engine over its source until the returned stop is
+// called (or the test ends); stop returns Run's error. Unset fields get a test's defaults: a
+// name and a 5s shutdown_timeout (the zero Logger logs nothing).
+func RunPipeline(t testing.TB, p *engine.Pipeline) (stop func() error) {
+	t.Helper()
+	if p.Name == "" {
+		p.Name = "p"
+	}
+	if p.ShutdownTimeout == 0 {
+		p.ShutdownTimeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- engine.New(engine.Options{}, p).Run(ctx) }()
+	var (
+		once sync.Once
+		err  error
+	)
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(Timeout):
+				t.Errorf("the engine did not stop within %s", Timeout)
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { stop() })
+	return stop
 }
