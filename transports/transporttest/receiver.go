@@ -182,6 +182,19 @@ func (r *Receiver) Err() error {
 // context's). It does not close the source: settle first, then close. Stop is idempotent.
 func (r *Receiver) Stop(t testing.TB) error {
 	t.Helper()
+	untaken, err := r.Halt(t)
+	if ret, ok := r.src.(engine.Returner); ok && len(untaken) > 0 {
+		ret.Return(untaken)
+	}
+	return err
+}
+
+// Halt is Stop without the giving back: it returns the deliveries handed over and never taken,
+// for a test to look at the source before it gives them back itself. Only the first call of
+// Halt or Stop returns them.
+func (r *Receiver) Halt(t testing.TB) ([]*engine.Delivery, error) {
+	t.Helper()
+	var untaken []*engine.Delivery
 	r.once.Do(func() {
 		r.cancel()
 		select {
@@ -190,19 +203,15 @@ func (r *Receiver) Stop(t testing.TB) error {
 			t.Fatalf("Receive did not return within %s of a stop", Timeout)
 			return
 		}
-		var untaken []*engine.Delivery
 		for d := range r.out {
 			untaken = append(untaken, d)
-		}
-		if ret, ok := r.src.(engine.Returner); ok && len(untaken) > 0 {
-			ret.Return(untaken)
 		}
 		if r.err != nil && !errors.Is(r.err, context.Canceled) {
 			r.stopErr = r.err
 		}
 		r.check(t)
 	})
-	return r.stopErr
+	return untaken, r.stopErr
 }
 
 // check reports the feed contract's breaches as errors of t.
@@ -261,3 +270,28 @@ func (f *checkedFeed) breaches() []string {
 }
 
 var _ engine.Feed = (*checkedFeed)(nil)
+
+// Flatten returns a feed to hand to a source's Receive, holding up to limit deliveries as the
+// engine would, and a channel that yields what was pushed one by one, in order: Receiver
+// without its checks and its stop, for a benchmark that plays the engine itself. Whoever reads
+// the channel plays the handlers; like a handler slot, the goroutine behind it holds one
+// delivery while it waits to be read. It stops when ctx ends.
+func Flatten(ctx context.Context, limit int) (*engine.Queue, <-chan *engine.Delivery) {
+	q := engine.NewQueue(limit)
+	out := make(chan *engine.Delivery)
+	context.AfterFunc(ctx, q.Close)
+	go func() {
+		for {
+			d, ok := q.Take()
+			if !ok {
+				return
+			}
+			select {
+			case out <- d:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return q, out
+}
