@@ -3,13 +3,9 @@ package file
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 
-	"github.com/rs/zerolog"
-
-	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/transports/transporttest"
 )
@@ -32,7 +28,7 @@ func TestConformance(t *testing.T) {
 type harness struct{ opts Options }
 
 func (h *harness) Source(t testing.TB) engine.Source {
-	s, err := New(h.opts, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	s, err := New(h.opts, transporttest.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,18 +42,12 @@ func (h *harness) Unsettled(testing.TB) int                   { return 0 }
 func (h *harness) Delayed(testing.TB) []transporttest.Delayed { return nil }
 
 func (h *harness) Inject(t testing.TB, msgs ...*engine.Message) {
-	var b []byte
-	for _, m := range msgs {
-		c := *m
-		c.Key = h.opts.Key
-		b = codec.AppendRecord(b, &c)
-	}
 	f, err := os.OpenFile(h.opts.Path, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := f.Write(b); err != nil {
+	if _, err := f.Write(transporttest.Records(h.opts.Key, msgs...)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -67,13 +57,7 @@ func (h *harness) Read(t testing.TB, key string) []*engine.Message {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []*engine.Message
-	for _, line := range strings.Split(string(b), "\n") {
-		if m, err := codec.DecodeRecord([]byte(line)); err == nil && m.Key == key {
-			out = append(out, &m)
-		}
-	}
-	return out
+	return transporttest.ReadRecords(b, key)
 }
 
 func (h *harness) Kind(t testing.TB, key string) string {

@@ -7,8 +7,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/rs/zerolog"
-
 	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/transports/transporttest"
@@ -64,7 +62,7 @@ func (h *harness) Source(t testing.TB) engine.Source {
 		t.Fatal("a pipe's input is read once")
 	}
 	h.built = true
-	return New(h.opts, h.in, codec.NewLineWriter(&h.out), zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	return New(h.opts, h.in, codec.NewLineWriter(&h.out), transporttest.Logger(t))
 }
 
 func (h *harness) Key() string                                { return h.opts.Key }
@@ -73,13 +71,7 @@ func (h *harness) Unsettled(testing.TB) int                   { return 0 }
 func (h *harness) Delayed(testing.TB) []transporttest.Delayed { return nil }
 
 func (h *harness) Inject(t testing.TB, msgs ...*engine.Message) {
-	var b []byte
-	for _, m := range msgs {
-		c := *m
-		c.Key = h.opts.Key
-		b = codec.AppendRecord(b, &c)
-	}
-	if _, err := h.w.Write(b); err != nil {
+	if _, err := h.w.Write(transporttest.Records(h.opts.Key, msgs...)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -88,15 +80,8 @@ func (h *harness) End(testing.TB) { h.endOnce.Do(func() { h.w.Close() }) }
 
 func (h *harness) Read(t testing.TB, key string) []*engine.Message {
 	h.out.mu.Lock()
-	s := h.out.b.String()
-	h.out.mu.Unlock()
-	var out []*engine.Message
-	for _, line := range strings.Split(s, "\n") {
-		if m, err := codec.DecodeRecord([]byte(line)); err == nil && m.Key == key {
-			out = append(out, &m)
-		}
-	}
-	return out
+	defer h.out.mu.Unlock()
+	return transporttest.ReadRecords([]byte(h.out.b.String()), key)
 }
 
 func (h *harness) Kind(t testing.TB, key string) string {

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/redistest"
@@ -41,7 +39,7 @@ func TestConformance(t *testing.T) {
 			transporttest.Run(t, tt.f, func(t *testing.T, o transporttest.SourceOptions) transporttest.Harness {
 				opts := Options{Key: o.Key, Reliable: tt.reliable, Consumer: "w1", Batch: o.Batch, Block: 100 * time.Millisecond}
 				opts.setDefaults()
-				return &harness{Redis: transporttest.NewRedis(t, srv.Addr), srv: srv, opts: opts}
+				return &harness{Redis: transporttest.NewRedis(t, srv.Addr), opts: opts}
 			})
 		})
 	}
@@ -50,14 +48,11 @@ func TestConformance(t *testing.T) {
 // harness is the suite's view of a list source: LPUSH in, LRANGE out.
 type harness struct {
 	*transporttest.Redis
-	srv  *redistest.Server
 	opts Options
 }
 
 func (h *harness) Source(t testing.TB) engine.Source {
-	c := h.srv.NewClient()
-	t.Cleanup(func() { c.Close() })
-	src, err := New(c, h.opts, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	src, err := New(h.NewClient(t), h.opts, transporttest.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

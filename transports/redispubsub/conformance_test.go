@@ -5,8 +5,6 @@ import (
 	"os"
 	"testing"
 
-	"github.com/rs/zerolog"
-
 	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/redistest"
@@ -28,7 +26,7 @@ func TestConformance(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel() // the variants use keys of their own
 			transporttest.Run(t, f, func(t *testing.T, o transporttest.SourceOptions) transporttest.Harness {
-				h := &harness{Redis: transporttest.NewRedis(t, srv.Addr), srv: srv, key: o.Key, retry: o.Key}
+				h := &harness{Redis: transporttest.NewRedis(t, srv.Addr), key: o.Key, retry: o.Key}
 				h.opts.Channels = []string{o.Key}
 				if patterns {
 					// The pattern matches retry_to too: copies come back, from retry_to.
@@ -46,15 +44,12 @@ func TestConformance(t *testing.T) {
 // and retry_to, and the dead-letter stream, out.
 type harness struct {
 	*transporttest.Redis
-	srv        *redistest.Server
 	opts       Options
 	key, retry string
 }
 
 func (h *harness) Source(t testing.TB) engine.Source {
-	c := h.srv.NewClient()
-	t.Cleanup(func() { c.Close() })
-	src, err := New(c, h.opts, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	src, err := New(h.NewClient(t), h.opts, transporttest.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
@@ -48,7 +47,7 @@ func TestConformance(t *testing.T) {
 				if opts.DelayedRetry == DelayDurableZSet {
 					opts.DelayKey = o.Key + DelayKeySuffix
 				}
-				return &harness{Redis: transporttest.NewRedis(t, srv.Addr), srv: srv, opts: opts}
+				return &harness{Redis: transporttest.NewRedis(t, srv.Addr), opts: opts}
 			})
 		})
 	}
@@ -60,14 +59,11 @@ const conformanceMinIdle = 150 * time.Millisecond
 // harness is the suite's view of a stream source: XADD in, XRANGE and XPENDING out.
 type harness struct {
 	*transporttest.Redis
-	srv  *redistest.Server
 	opts Options
 }
 
 func (h *harness) Source(t testing.TB) engine.Source {
-	c := h.srv.NewClient()
-	t.Cleanup(func() { c.Close() })
-	src, err := New(c, h.opts, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	src, err := New(h.NewClient(t), h.opts, transporttest.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

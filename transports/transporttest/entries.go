@@ -134,18 +134,8 @@ func receiveMessages(e *env) {
 func receiveRoom(e *env) {
 	const batch, total, taken = 5, 30, 12
 	e.start(batch)
-	in := make([]*engine.Message, total)
-	for i := range in {
-		in[i] = msg(fmt.Sprintf("m%02d", i))
-	}
-	var r *Receiver
-	if e.f.Live {
-		r = e.receive()
-		e.h.Inject(e.t, in...)
-	} else {
-		e.h.Inject(e.t, in...)
-		r = e.receive()
-	}
+	in := numbered("m", total)
+	r := e.send(in...)
 	// What is read and unacknowledged: the deliveries taken, the one the feed's goroutine
 	// holds (as a handler slot would), and at most the feed's batch.
 	bound := func(n int) int { return n + 1 + batch }
@@ -172,24 +162,23 @@ func receiveRoom(e *env) {
 	}
 }
 
+// numbered is n messages with payloads prefix00, prefix01, ...
+func numbered(prefix string, n int) []*engine.Message {
+	in := make([]*engine.Message, n)
+	for i := range in {
+		in[i] = msg(fmt.Sprintf("%s%02d", prefix, i))
+	}
+	return in
+}
+
 // receiveStop: a stop ends Receive promptly with nothing pushed after it; what was handed over
 // and never taken is given back (engine.Returner); nothing is lost: a new source delivers what
 // was not handled.
 func receiveStop(e *env) {
 	const total, taken = 10, 3
 	e.start(2)
-	in := make([]*engine.Message, total)
-	for i := range in {
-		in[i] = msg(fmt.Sprintf("s%02d", i))
-	}
-	var r *Receiver
-	if e.f.Live {
-		r = e.receive()
-		e.h.Inject(e.t, in...)
-	} else {
-		e.h.Inject(e.t, in...)
-		r = e.receive()
-	}
+	in := numbered("s", total)
+	r := e.send(in...)
 	got := r.Take(e.t, taken)
 	stopped := time.Now()
 	if err := r.Stop(e.t); err != nil {

@@ -65,23 +65,28 @@ func (e *env) waitReady(src engine.Source) {
 }
 
 // deliver sends msgs to the source under test and returns its receiver and the deliveries, one
-// per message, in order, numbered as the engine numbers them. A Live source is started first,
-// since it would miss what was sent before it subscribed.
+// per message, in order, numbered as the engine numbers them.
 func (e *env) deliver(msgs ...*engine.Message) (*Receiver, []*engine.Delivery) {
 	e.t.Helper()
-	var r *Receiver
-	if e.f.Live {
-		r = e.receive()
-		e.h.Inject(e.t, msgs...)
-	} else {
-		e.h.Inject(e.t, msgs...)
-		r = e.receive()
-	}
+	r := e.send(msgs...)
 	ds := r.Take(e.t, len(msgs))
 	for _, d := range ds {
 		e.number(d)
 	}
 	return r, ds
+}
+
+// send makes msgs the input of the source under test, receiving. A Live source is started
+// first, since it would miss what was sent before it subscribed.
+func (e *env) send(msgs ...*engine.Message) *Receiver {
+	e.t.Helper()
+	if e.f.Live {
+		r := e.receive()
+		e.h.Inject(e.t, msgs...)
+		return r
+	}
+	e.h.Inject(e.t, msgs...)
+	return e.receive()
 }
 
 // deliverStopped is deliver, with reading stopped afterwards: what the suite settles then is

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
 )
 
@@ -111,4 +114,32 @@ func RunPipeline(t testing.TB, p *engine.Pipeline) (stop func() error) {
 	}
 	t.Cleanup(func() { stop() })
 	return stop
+}
+
+// Logger is a source's logger in a test: warnings and errors go to the test's log.
+func Logger(t testing.TB) zerolog.Logger {
+	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+}
+
+// ReadRecords returns the records of key in text, JSON lines as a stream file or stdout holds
+// them (SPEC §3), in order; other lines are passed over.
+func ReadRecords(text []byte, key string) []*engine.Message {
+	var out []*engine.Message
+	for _, line := range bytes.Split(text, []byte("\n")) {
+		if m, err := codec.DecodeRecord(line); err == nil && m.Key == key {
+			out = append(out, &m)
+		}
+	}
+	return out
+}
+
+// Records encodes msgs as record lines of key, as a harness writes a file's or a pipe's input.
+func Records(key string, msgs ...*engine.Message) []byte {
+	var b []byte
+	for _, m := range msgs {
+		c := *m
+		c.Key = key
+		b = codec.AppendRecord(b, &c)
+	}
+	return b
 }

@@ -19,6 +19,7 @@ import (
 // harness; it has a client of its own, closed when the test ends.
 type Redis struct {
 	Client *redis.Client
+	addr   string
 
 	mu      sync.Mutex
 	ps      *redis.PubSub
@@ -31,7 +32,7 @@ type Redis struct {
 func NewRedis(t testing.TB, addr string) *Redis {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
-	r := &Redis{Client: c, watched: map[string]bool{}, seen: map[string][]*engine.Message{}}
+	r := &Redis{Client: c, addr: addr, watched: map[string]bool{}, seen: map[string][]*engine.Message{}}
 	t.Cleanup(func() {
 		r.mu.Lock()
 		if r.ps != nil {
@@ -41,6 +42,14 @@ func NewRedis(t testing.TB, addr string) *Redis {
 		c.Close()
 	})
 	return r
+}
+
+// NewClient returns a client of the server for a source, closed when the test ends: a source
+// gets a client of its own, as it would in a process of its own.
+func (r *Redis) NewClient(t testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: r.addr})
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // Watch subscribes to channels, so that Read can tell what is published to them from now on.
