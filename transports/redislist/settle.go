@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -101,7 +102,7 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 		script = settleScript.Eval(ctx, s.client, keys, args...) // Redis restarted: load it again
 	}
 	for _, r := range rems {
-		if cerr := firstErr(r.cmd.Err(), err); cerr != nil {
+		if cerr := redisconn.FirstErr(r.cmd.Err(), err); cerr != nil {
 			se.Add(redisconn.Fault(r.i, "lrem", s.opts.Processing, cerr, s.secrets...))
 			continue
 		}
@@ -111,7 +112,7 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 		return se.Err()
 	}
 	res, serr := script.Slice()
-	if serr = firstErr(serr, err); serr == nil && len(res) != len(copies) {
+	if serr = redisconn.FirstErr(serr, err); serr == nil && len(res) != len(copies) {
 		serr = fmt.Errorf("settle script: %d results for %d copies", len(res), len(copies))
 	}
 	for j, i := range copies {
@@ -134,7 +135,7 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 		if batch[i].Action == engine.ActDeadLetter {
 			key = deadLetterKey(batch[i])
 		}
-		if c, m, ok := cutTab(r); ok {
+		if c, m, ok := strings.Cut(r, "\t"); ok { // "command<TAB>Redis's error"
 			cmd, msg = c, m
 			if cmd != "lpush" {
 				key = s.opts.Processing
@@ -175,7 +176,7 @@ func (s *Source) writeStrayCopies(ctx context.Context, batch []engine.Settlement
 	err := redisconn.ExecPipe(ctx, pipe)
 	for j, c := range cmds {
 		i := idx[j]
-		if cerr := firstErr(c.Err(), err); cerr != nil {
+		if cerr := redisconn.FirstErr(c.Err(), err); cerr != nil {
 			se.Add(redisconn.Fault(i, "lpush", deadLetterKey(batch[i]), cerr, s.secrets...))
 			toks[i] = nil // its LREM waits for the resend
 			continue
@@ -234,23 +235,6 @@ func (s *Source) Release(st engine.Settlement) {
 }
 
 var _ engine.Releaser = (*Source)(nil)
-
-// firstErr returns the command's own error, or else the pipeline's.
-func firstErr(cmdErr, pipeErr error) error {
-	if cmdErr != nil {
-		return cmdErr
-	}
-	return pipeErr
-}
-
-func cutTab(s string) (string, string, bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\t' {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return "", s, false
-}
 
 func deadLetterKey(st engine.Settlement) string {
 	if st.DeadLetterKey != "" {

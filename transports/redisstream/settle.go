@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -153,7 +154,7 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 			script = settleScript.Eval(ctx, s.c, keys, args...) // Redis restarted: load it again
 		}
 		if ack != nil {
-			if aerr := firstErr(ack.Err(), err); aerr != nil {
+			if aerr := redisconn.FirstErr(ack.Err(), err); aerr != nil {
 				for _, i := range ackIdx {
 					fail(i, "xack", s.o.Stream, aerr)
 				}
@@ -223,7 +224,7 @@ func (s *Source) scriptArgs(ops []copyOp) ([]string, []any) {
 // earlier call did it) or "COMMAND\tERROR" for the command that failed.
 func (s *Source) scriptResults(ops []copyOp, script *redis.Cmd, pipeErr error, done []int, fail func(int, string, string, error)) []int {
 	res, err := script.Slice()
-	if err = firstErr(err, pipeErr); err == nil && len(res) != len(ops) {
+	if err = redisconn.FirstErr(err, pipeErr); err == nil && len(res) != len(ops) {
 		err = fmt.Errorf("settle script: %d results for %d copies", len(res), len(ops))
 	}
 	if err != nil {
@@ -241,7 +242,7 @@ func (s *Source) scriptResults(ops []copyOp, script *redis.Cmd, pipeErr error, d
 			done = append(done, op.idx)
 			continue
 		}
-		cmd, msg, ok := cutTab(r)
+		cmd, msg, ok := strings.Cut(r, "\t") // "command<TAB>Redis's error"
 		if !ok {
 			cmd, msg = op.command(), r
 		}
@@ -252,15 +253,6 @@ func (s *Source) scriptResults(ops []copyOp, script *redis.Cmd, pipeErr error, d
 		fail(op.idx, cmd, key, redisconn.ServerError(msg))
 	}
 	return done
-}
-
-func cutTab(s string) (string, string, bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\t' {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return "", s, false
 }
 
 func addCopy(ctx context.Context, p redis.Pipeliner, op copyOp) {
@@ -280,21 +272,13 @@ func cmdErr(cmds []redis.Cmder, i int, pipeErr error) error {
 		}
 		return errors.New("no reply")
 	}
-	return firstErr(cmds[i].Err(), pipeErr)
+	return redisconn.FirstErr(cmds[i].Err(), pipeErr)
 }
 
 // execCmds runs a pipeline; err is the pipeline's failure only when no command carries its own.
 func execCmds(ctx context.Context, pipe redis.Pipeliner) ([]redis.Cmder, error) {
 	cmds := pipe.Cmds()
 	return cmds, redisconn.ExecPipe(ctx, pipe)
-}
-
-// firstErr returns the command's own error, or else the pipeline's.
-func firstErr(cmdErr, pipeErr error) error {
-	if cmdErr != nil {
-		return cmdErr
-	}
-	return pipeErr
 }
 
 func (s *Source) sameSlot(key string) bool {
