@@ -21,7 +21,6 @@ const Timeout = 10 * time.Second
 // more than the last Room allowed, and nothing once Receive has returned; Stop (or the test's
 // end) fails the test on a breach.
 type Receiver struct {
-	t       testing.TB
 	src     engine.Source
 	feed    *checkedFeed
 	out     chan *engine.Delivery
@@ -39,7 +38,7 @@ func Receive(t testing.TB, src engine.Source, limit int) *Receiver {
 	ctx, cancel := context.WithCancel(context.Background())
 	q := engine.NewQueue(limit)
 	r := &Receiver{
-		t: t, src: src, cancel: cancel,
+		src: src, cancel: cancel,
 		feed:  &checkedFeed{q: q},
 		out:   make(chan *engine.Delivery),
 		ended: make(chan struct{}),
