@@ -36,8 +36,8 @@ func (s *fakeSource) Receive(ctx context.Context, feed engine.Feed) error {
 
 func (s *fakeSource) Settle(context.Context, []engine.Settlement) error { return nil }
 func (s *fakeSource) Requeue(context.Context, []*engine.Message) error  { return nil }
-func (s *fakeSource) Capabilities() engine.Capabilities                  { return engine.Capabilities{} }
-func (s *fakeSource) Close() error                                       { return nil }
+func (s *fakeSource) Capabilities() engine.Capabilities                 { return engine.Capabilities{} }
+func (s *fakeSource) Close() error                                      { return nil }
 
 // errorsTB records what a Receiver reports instead of failing the test.
 type errorsTB struct {
