@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/flowrun/flowrun/engine"
@@ -715,6 +716,10 @@ func (e *env) poisoned(batch []engine.Settlement, poisonKey string) []int {
 		got = append(got, f.Index)
 		if !f.Permanent || f.Key != faultKey || f.Command != e.f.PoisonCommand || f.Reason != e.f.PoisonReason || f.Err == nil {
 			e.t.Errorf("fault %+v: want a permanent %s %s fault (%s) with the server's error", f, e.f.PoisonCommand, faultKey, e.f.PoisonReason)
+		}
+		// Redis's own error text, not a generic one (SPEC §10): "WRONGTYPE Operation against…".
+		if code := strings.ToUpper(e.f.PoisonReason); !e.f.SharedOutput && !strings.Contains(f.Error(), code) {
+			e.t.Errorf("fault %q does not carry the server's %s", f.Error(), code)
 		}
 	}
 	if !slices.Equal(got, want) {
