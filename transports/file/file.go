@@ -29,7 +29,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,7 +36,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -66,7 +64,7 @@ type Options struct {
 	Follow     bool   // at the end of the file, wait for more instead of returning
 	Checkpoint string // where the resume position is stored; "" = none
 	// Batch is accepted for symmetry with the other sources. Reading is synchronous, one record
-	// at a time, so the source never runs more than one record ahead of the engine.
+	// at a time, and never beyond what the engine has room for (engine.Feed).
 	Batch int
 }
 
@@ -85,6 +83,7 @@ type Source struct {
 	skip    []lineRange // lines settled in an earlier run (from the checkpoint)
 	skipIdx int
 	retried bool // at EOF of a replay, already waited once for an append in progress
+	room    int  // records the engine has room for before the next Room
 
 	appMu   sync.Mutex // guards app, appBuf and appEnds
 	app     *os.File   // O_APPEND handle for copies, opened on first use
@@ -226,6 +225,12 @@ func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if s.room == 0 {
+			// Read no more records than the engine can take (engine.Feed).
+			if s.room = feed.Room(ctx); s.room == 0 {
+				return ctx.Err()
+			}
+		}
 		line, size, err := s.lr.Next()
 		if err == nil || errors.Is(err, codec.ErrLineTooLong) {
 			s.retried = false
@@ -300,6 +305,7 @@ func (s *Source) handle(ctx context.Context, feed engine.Feed, line []byte, size
 	s.pending = append(s.pending, entry{line: n, start: start, end: s.off})
 	s.frontier = position{s.off, n}
 	s.mu.Unlock()
+	s.room--
 	if !feed.Push(ctx, []*engine.Delivery{d}) {
 		return ctx.Err() // never handed over: it stays unsettled, so the checkpoint stops before it
 	}
@@ -377,20 +383,14 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 			fail(i, "settle", s.opts.Path, fmt.Errorf("file: settle: delivery without a file token: %w", engine.ErrPermanent))
 			continue
 		}
-		switch st.Action {
-		case engine.ActAck, engine.ActRequeue, engine.ActDeadLetter:
-		default:
-			fail(i, st.Action.String(), s.opts.Path, fmt.Errorf("file: settle line %d: %s: %w", tok.line, st.Action, engine.ErrUnsupported))
+		c, err := codec.RecordCopy(st, "") // a retry copy is appended under its own key
+		if err != nil {
+			fail(i, st.Action.String(), s.opts.Path, fmt.Errorf("file: settle line %d: %w", tok.line, err))
 			continue
 		}
 		toks[i] = tok
-		if tok.settled || tok.copied || st.Action == engine.ActAck {
+		if c == nil || tok.settled || tok.copied {
 			continue // nothing to write: only the checkpoint may be left to do
-		}
-		c, err := copyOf(st, tok)
-		if err != nil {
-			fail(i, st.Action.String(), s.opts.Path, err)
-			continue
 		}
 		copies = append(copies, c)
 		copyIdx = append(copyIdx, i)
@@ -447,23 +447,6 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 		}
 	}
 	return se.Err()
-}
-
-// copyOf returns the record a requeue or dead letter appends.
-func copyOf(st engine.Settlement, tok *token) (*engine.Message, error) {
-	c := st.Copy
-	if c == nil {
-		return nil, fmt.Errorf("file: settle line %d: %s without a copy: %w", tok.line, st.Action, engine.ErrPermanent)
-	}
-	if st.Action == engine.ActDeadLetter {
-		if st.DeadLetterKey == "" {
-			return nil, fmt.Errorf("file: settle line %d: dead letter without a key: %w", tok.line, engine.ErrPermanent)
-		}
-		dl := *c
-		dl.Key = st.DeadLetterKey
-		c = &dl
-	}
-	return c, nil
 }
 
 // Requeue appends runtime copies that came due, each under its own key. When the append fails
@@ -560,28 +543,14 @@ type errFsync struct{ err error }
 func (e errFsync) Error() string { return e.err.Error() }
 func (e errFsync) Unwrap() error { return e.err }
 
-// classify turns a file error into a fault reason and says whether it is permanent (see Settle).
+// classify turns a file error into a fault reason and says whether it is permanent (see
+// Settle): a failed fsync always is; anything else as for every record output
+// (codec.ClassifyWrite).
 func classify(err error) (reason string, permanent bool) {
-	var fe errFsync
-	switch {
-	case errors.Is(err, engine.ErrUnsupported):
-		return "unsupported", true
-	case errors.Is(err, engine.ErrPermanent):
-		return "invalid", true
-	case errors.Is(err, fs.ErrPermission):
-		return "permission", true
-	case errors.Is(err, syscall.EROFS):
-		return "read_only", true
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR):
-		return "not_found", true
-	case errors.As(err, &fe):
+	if fe := (errFsync{}); errors.As(err, &fe) {
 		return "fsync", true
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return "no_space", false
-	case errors.Is(err, syscall.EIO):
-		return "io", false
 	}
-	return "error", false
+	return codec.ClassifyWrite(err)
 }
 
 // markSettled records final settlements and drops the settled prefix of pending.

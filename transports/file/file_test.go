@@ -1,7 +1,6 @@
 package file
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,8 +9,8 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -20,40 +19,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/engine"
-	"github.com/flowrun/flowrun/internal/sourcetest"
+	"github.com/flowrun/flowrun/transports/transporttest"
 )
 
 func init() { pollInterval = 5 * time.Millisecond }
-
-// logBuffer collects zerolog JSON lines from several goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) entries(t *testing.T) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var e map[string]any
-		if err := json.Unmarshal([]byte(l), &e); err != nil {
-			t.Fatalf("log line %q: %v", l, err)
-		}
-		out = append(out, e)
-	}
-	return out
-}
 
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
@@ -83,9 +52,9 @@ func readFile(t *testing.T, path string) string {
 	return string(b)
 }
 
-func open(t *testing.T, opts Options) (*Source, *logBuffer) {
+func open(t *testing.T, opts Options) (*Source, *transporttest.Logs) {
 	t.Helper()
-	var logs logBuffer
+	var logs transporttest.Logs
 	s, err := New(opts, zerolog.New(&logs))
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -94,66 +63,10 @@ func open(t *testing.T, opts Options) (*Source, *logBuffer) {
 	return s, &logs
 }
 
-// receiver runs Receive in a goroutine, taking one delivery at a time as the engine would.
-type receiver struct {
-	ch     chan *engine.Delivery
-	done   chan error
-	cancel context.CancelFunc
-}
-
-func receive(s *Source) *receiver {
-	ctx, cancel := context.WithCancel(context.Background())
-	ch, done := sourcetest.Receive(ctx, s, 1)
-	r := &receiver{ch: ch, done: done, cancel: cancel}
-	return r
-}
-
-// next waits for the next delivery; it fails when Receive returns instead.
-func (r *receiver) next(t *testing.T) *engine.Delivery {
-	t.Helper()
-	select {
-	case d := <-r.ch:
-		return d
-	case err := <-r.done:
-		t.Fatalf("Receive returned %v, want a delivery", err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("no delivery within 5s")
-	}
-	return nil
-}
-
-// end waits for Receive to return; it fails on a further delivery.
-func (r *receiver) end(t *testing.T) error {
-	t.Helper()
-	select {
-	case d := <-r.ch:
-		t.Fatalf("unexpected delivery id %s key %s payload %s", d.ID, d.Key, d.Payload)
-	case err := <-r.done:
-		return err
-	case <-time.After(5 * time.Second):
-		t.Fatal("Receive did not return within 5s")
-	}
-	return nil
-}
-
 // drain receives every delivery of a finite source until Receive returns nil.
 func drain(t *testing.T, s *Source) []*engine.Delivery {
 	t.Helper()
-	r := receive(s)
-	var got []*engine.Delivery
-	for {
-		select {
-		case d := <-r.ch:
-			got = append(got, d)
-		case err := <-r.done:
-			if err != nil {
-				t.Fatalf("Receive: %v", err)
-			}
-			return got
-		case <-time.After(5 * time.Second):
-			t.Fatal("Receive did not return within 5s")
-		}
-	}
+	return transporttest.Receive(t, s, 1).Drain(t)
 }
 
 func ids(ds []*engine.Delivery) []string {
@@ -193,7 +106,7 @@ func TestReplay(t *testing.T) {
 				t.Errorf("Capabilities = %+v", c)
 			}
 			got := drain(t, s)
-			if g := ids(got); !equalStrings(g, tt.ids) {
+			if g := ids(got); !slices.Equal(g, tt.ids) {
 				t.Fatalf("ids = %v, want %v", g, tt.ids)
 			}
 			for i, d := range got {
@@ -211,18 +124,6 @@ func TestReplay(t *testing.T) {
 	}
 }
 
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func TestMalformedLinesLogged(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "in.jsonl")
 	writeFile(t, path, `{"key":"a","payload":1}
@@ -234,7 +135,7 @@ func TestMalformedLinesLogged(t *testing.T) {
 `)
 	s, logs := open(t, Options{Path: path})
 	got := drain(t, s)
-	if g := ids(got); !equalStrings(g, []string{"1", "6"}) {
+	if g := ids(got); !slices.Equal(g, []string{"1", "6"}) {
 		t.Fatalf("ids = %v, want [1 6]", g)
 	}
 	want := map[float64]string{
@@ -244,7 +145,7 @@ func TestMalformedLinesLogged(t *testing.T) {
 		5: "malformed record: headers are not an object of strings",
 	}
 	seen := map[float64]string{}
-	for _, e := range logs.entries(t) {
+	for _, e := range logs.Entries(t) {
 		if e["level"] != "warn" {
 			continue
 		}
@@ -266,7 +167,7 @@ func TestLastLineWithoutNewline(t *testing.T) {
 	writeFile(t, path, `{"key":"a","payload":1}`+"\n"+`{"key":"a","payload":2}`)
 	s, _ := open(t, Options{Path: path})
 	got := drain(t, s)
-	if g := ids(got); !equalStrings(g, []string{"1", "2"}) || string(got[1].Payload) != "2" {
+	if g := ids(got); !slices.Equal(g, []string{"1", "2"}) || string(got[1].Payload) != "2" {
 		t.Fatalf("ids = %v", g)
 	}
 	// A copy appended now starts on a line of its own.
@@ -295,29 +196,18 @@ func fileOffset(t *testing.T, s *Source) int64 {
 	return off
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func TestFollow(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "in.jsonl")
 	writeFile(t, path, `{"key":"a","payload":1}`+"\n")
 	s, _ := open(t, Options{Path: path, Follow: true})
-	r := receive(s)
-	if d := r.next(t); d.ID != "1" {
+	r := transporttest.Receive(t, s, 1)
+	if d := r.Next(t); d.ID != "1" {
 		t.Fatalf("first id %s", d.ID)
 	}
 
 	appendFile(t, path, `{"key":"a","payload":2}`+"\n"+`{"key":"b","payload":3}`+"\n")
 	for _, want := range []string{"2", "3"} {
-		if d := r.next(t); d.ID != want || string(d.Payload) != want {
+		if d := r.Next(t); d.ID != want || string(d.Payload) != want {
 			t.Fatalf("got id %s payload %s, want %s", d.ID, d.Payload, want)
 		}
 	}
@@ -326,9 +216,9 @@ func TestFollow(t *testing.T) {
 	first := `{"key":"a","payload":{"half":`
 	appendFile(t, path, first)
 	size := int64(len(readFile(t, path)))
-	waitFor(t, "the reader to reach the unfinished line", func() bool { return fileOffset(t, s) == size })
+	transporttest.WaitFor(t, "the reader to reach the unfinished line", func() bool { return fileOffset(t, s) == size })
 	appendFile(t, path, `"done"}}`+"\n")
-	d := r.next(t)
+	d := r.Next(t)
 	if d.ID != "4" || string(d.Payload) != `{"half":"done"}` {
 		t.Fatalf("got id %s payload %s", d.ID, d.Payload)
 	}
@@ -336,61 +226,9 @@ func TestFollow(t *testing.T) {
 		t.Fatalf("Malformed = %d, want 0", s.Malformed())
 	}
 
-	r.cancel()
-	if err := r.end(t); !errors.Is(err, context.Canceled) {
+	r.Stop(t)
+	if err := r.Err(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Receive = %v, want context.Canceled", err)
-	}
-}
-
-func TestSettleAppends(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "in.jsonl")
-	orig := `{"key":"orders","payload":{"id":1}}` + "\n" + `{"key":"orders","payload":{"id":2}}` + "\n" + `{"key":"orders","payload":{"id":3}}` + "\n"
-	writeFile(t, path, orig)
-	s, _ := open(t, Options{Path: path})
-	got := drain(t, s) // the whole replay first: the appends below come after its end
-	if len(got) != 3 {
-		t.Fatalf("%d deliveries", len(got))
-	}
-	for _, d := range got {
-		d.Attempt = 1
-	}
-	retry := got[0].RetryCopy()
-	dead := got[1].Message.Clone()
-	dead.Headers[engine.HeaderDeadLetterReason] = "boom"
-	dead.Headers[engine.HeaderOriginalID] = got[1].ID
-
-	err := s.Settle(context.Background(), []engine.Settlement{
-		{Delivery: got[0], Action: engine.ActRequeue, Copy: retry},
-		{Delivery: got[1], Action: engine.ActDeadLetter, Copy: dead, DeadLetterKey: "orders.dlq"},
-		{Delivery: got[2], Action: engine.ActAck},
-	})
-	if err != nil {
-		t.Fatalf("Settle: %v", err)
-	}
-	if got[1].Key != "orders" || dead.Key != "orders" {
-		t.Fatal("Settle changed the caller's messages")
-	}
-	err = s.Requeue(context.Background(), []*engine.Message{{Key: "orders", Headers: map[string]string{"x-retry-count": "2"}, Payload: []byte("late")}})
-	if err != nil {
-		t.Fatalf("Requeue: %v", err)
-	}
-	want := orig +
-		`{"key":"orders","headers":{"x-retry-count":"1"},"payload":{"id":1}}` + "\n" +
-		`{"key":"orders.dlq","headers":{"x-dead-letter-reason":"boom","x-original-id":"2"},"payload":{"id":2}}` + "\n" +
-		`{"key":"orders","headers":{"x-retry-count":"2"},"payload":"late"}` + "\n"
-	if g := readFile(t, path); g != want {
-		t.Fatalf("file =\n%s\nwant\n%s", g, want)
-	}
-
-	for _, act := range []engine.Action{engine.ActLeave, engine.ActDelay} {
-		err := s.Settle(context.Background(), []engine.Settlement{{Delivery: got[0], Action: act, Copy: retry}})
-		f := onlyFault(t, err)
-		if !errors.Is(f.Err, engine.ErrUnsupported) || !f.Permanent || f.Reason != "unsupported" || f.Index != 0 {
-			t.Errorf("%s: fault = %+v, want a permanent ErrUnsupported", act, f)
-		}
-	}
-	if g := readFile(t, path); g != want {
-		t.Fatalf("unsupported settlements wrote to the file:\n%s", g)
 	}
 }
 
@@ -403,8 +241,8 @@ func TestCopyAppendedBeforeEOFIsRead(t *testing.T) {
 	}
 	writeFile(t, path, lines.String())
 	s, _ := open(t, Options{Path: path})
-	r := receive(s)
-	d1 := r.next(t)
+	r := transporttest.Receive(t, s, 1)
+	d1 := r.Next(t)
 	d1.Attempt = 1
 	// The reader holds a line or two ahead at most (handed over, not yet taken), far from the
 	// end of the file.
@@ -413,12 +251,12 @@ func TestCopyAppendedBeforeEOFIsRead(t *testing.T) {
 	}
 	var got []*engine.Delivery
 	for range 6 {
-		got = append(got, r.next(t))
+		got = append(got, r.Next(t))
 	}
-	if err := r.end(t); err != nil {
+	if err := r.End(t); err != nil {
 		t.Fatalf("Receive = %v", err)
 	}
-	if g := ids(got); !equalStrings(g, []string{"2", "3", "4", "5", "6", "7"}) {
+	if g := ids(got); !slices.Equal(g, []string{"2", "3", "4", "5", "6", "7"}) {
 		t.Fatalf("ids = %v, want [2 3 4 5 6 7]", g)
 	}
 	if c := got[5]; string(c.Payload) != "1" || c.Headers[engine.HeaderRetryCount] != "1" {
@@ -449,7 +287,7 @@ func TestCheckpointOutOfOrder(t *testing.T) {
 
 	s1, _ := open(t, opts)
 	got := drain(t, s1)
-	if g := ids(got); !equalStrings(g, []string{"1", "2", "4", "6", "7"}) {
+	if g := ids(got); !slices.Equal(g, []string{"1", "2", "4", "6", "7"}) {
 		t.Fatalf("ids = %v", g)
 	}
 	byID := map[string]*engine.Delivery{}
@@ -497,7 +335,7 @@ func TestCheckpointOutOfOrder(t *testing.T) {
 	// A restart delivers only the unsettled record 6, with its line number, not 7.
 	s3, _ := open(t, opts)
 	got = drain(t, s3)
-	if g := ids(got); !equalStrings(g, []string{"6"}) || string(got[0].Payload) != "6" {
+	if g := ids(got); !slices.Equal(g, []string{"6"}) || string(got[0].Payload) != "6" {
 		t.Fatalf("after restart ids = %v", g)
 	}
 	// Closed with 6 still in flight: 7 stays listed as settled.
@@ -510,7 +348,7 @@ func TestCheckpointOutOfOrder(t *testing.T) {
 
 	s4, _ := open(t, opts)
 	got = drain(t, s4)
-	if g := ids(got); !equalStrings(g, []string{"6"}) {
+	if g := ids(got); !slices.Equal(g, []string{"6"}) {
 		t.Fatalf("ids = %v", g)
 	}
 	byID["6"] = got[0]
@@ -524,7 +362,7 @@ func TestCheckpointOutOfOrder(t *testing.T) {
 	appendFile(t, path, `{"key":"k","payload":8}`+"\n")
 	s5, _ := open(t, opts)
 	got = drain(t, s5)
-	if g := ids(got); !equalStrings(g, []string{"8"}) {
+	if g := ids(got); !slices.Equal(g, []string{"8"}) {
 		t.Fatalf("ids = %v", g)
 	}
 }
@@ -536,10 +374,10 @@ func TestCheckpointCancelledReplay(t *testing.T) {
 	writeFile(t, path, `{"key":"k","payload":1}`+"\n"+`{"key":"k","payload":2}`+"\n"+`{"key":"k","payload":3}`+"\n")
 	opts := Options{Path: path, Checkpoint: cpPath}
 	s1, _ := open(t, opts)
-	r := receive(s1)
-	d1 := r.next(t)
-	r.cancel()
-	if err := r.end(t); !errors.Is(err, context.Canceled) {
+	r := transporttest.Receive(t, s1, 1)
+	d1 := r.Next(t)
+	r.Stop(t)
+	if err := r.Err(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Receive = %v", err)
 	}
 	if err := s1.Settle(context.Background(), []engine.Settlement{{Delivery: d1, Action: engine.ActAck}}); err != nil {
@@ -550,7 +388,7 @@ func TestCheckpointCancelledReplay(t *testing.T) {
 		t.Fatalf("checkpoint = %s", g)
 	}
 	s2, _ := open(t, opts)
-	if g := ids(drain(t, s2)); !equalStrings(g, []string{"2", "3"}) {
+	if g := ids(drain(t, s2)); !slices.Equal(g, []string{"2", "3"}) {
 		t.Fatalf("ids = %v", g)
 	}
 }
@@ -573,7 +411,7 @@ func TestCheckpointAfterLineWithoutNewline(t *testing.T) {
 	}
 	s2, _ := open(t, opts)
 	got = drain(t, s2)
-	if g := ids(got); !equalStrings(g, []string{"2"}) || got[0].Headers[engine.HeaderRetryCount] != "1" {
+	if g := ids(got); !slices.Equal(g, []string{"2"}) || got[0].Headers[engine.HeaderRetryCount] != "1" {
 		t.Fatalf("ids = %v", g)
 	}
 }
@@ -661,7 +499,7 @@ func TestCheckpointAtomic(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	if !equalStrings(names, []string{"cp", "in.jsonl"}) {
+	if !slices.Equal(names, []string{"cp", "in.jsonl"}) {
 		t.Fatalf("folder holds %v", names)
 	}
 	st, err := os.Stat(cpPath)
@@ -679,37 +517,15 @@ func TestFollowCheckpointIdle(t *testing.T) {
 	path, cpPath := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "cp")
 	writeFile(t, path, `{"key":"other","payload":1}`+"\n"+`{"key":"other","payload":2}`+"\n")
 	s, _ := open(t, Options{Path: path, Key: "k", Follow: true, Checkpoint: cpPath})
-	r := receive(s)
-	waitFor(t, "an idle checkpoint", func() bool {
+	r := transporttest.Receive(t, s, 1)
+	transporttest.WaitFor(t, "an idle checkpoint", func() bool {
 		b, _ := os.ReadFile(cpPath)
 		return strings.TrimSpace(string(b)) == `{"offset":56,"line":2}`
 	})
-	r.cancel()
-	if err := r.end(t); !errors.Is(err, context.Canceled) {
+	r.Stop(t)
+	if err := r.Err(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Receive = %v", err)
 	}
-}
-
-// faults returns the faults of a Settle error, failing on any other error.
-func faults(t *testing.T, err error) []engine.Fault {
-	t.Helper()
-	if err == nil {
-		return nil
-	}
-	var se *engine.SettleError
-	if !errors.As(err, &se) {
-		t.Fatalf("Settle = %v (%T), want an *engine.SettleError", err, err)
-	}
-	return se.Faults
-}
-
-func onlyFault(t *testing.T, err error) engine.Fault {
-	t.Helper()
-	fs := faults(t, err)
-	if len(fs) != 1 {
-		t.Fatalf("Settle = %v, want exactly one fault", err)
-	}
-	return fs[0]
 }
 
 // A checkpoint that cannot be saved is reported per delivery; the batch sent again (as the
@@ -744,7 +560,7 @@ func TestSettleCheckpointFailureResendWritesOnce(t *testing.T) {
 	if err := os.Rename(cpDir, cpDir+".away"); err != nil {
 		t.Fatal(err)
 	}
-	fs := faults(t, s.Settle(context.Background(), batch))
+	fs := transporttest.Faults(t, s.Settle(context.Background(), batch))
 	if len(fs) != 3 {
 		t.Fatalf("faults = %+v, want one per delivery", fs)
 	}
@@ -789,7 +605,7 @@ func TestSettleCheckpointTransient(t *testing.T) {
 
 	full := &os.PathError{Op: "write", Path: cpPath, Err: syscall.ENOSPC}
 	writeCheckpoint = func(string, []byte) error { return full }
-	f := onlyFault(t, s.Settle(context.Background(), batch))
+	f := transporttest.OnlyFault(t, s.Settle(context.Background(), batch))
 	writeCheckpoint = writeFileAtomic
 	if f.Command != "checkpoint" || f.Reason != "no_space" || f.Permanent {
 		t.Fatalf("fault = %+v, want a transient no_space checkpoint fault", f)
@@ -799,31 +615,6 @@ func TestSettleCheckpointTransient(t *testing.T) {
 	}
 	if n := strings.Count(readFile(t, path), `"x-retry-count":"1"`); n != 1 {
 		t.Fatalf("%d copies in the file, want 1", n)
-	}
-}
-
-// A stream file that cannot be written: the copies are permanent faults, the ack is settled.
-func TestSettleReadOnlyFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "in.jsonl")
-	writeFile(t, path, `{"key":"k","payload":1}`+"\n"+`{"key":"k","payload":2}`+"\n")
-	if err := os.Chmod(path, 0o444); err != nil {
-		t.Fatal(err)
-	}
-	if os.Geteuid() == 0 { // root writes to a read-only file: fail the write as the kernel would
-		appendWrite = func(*os.File, []byte) (int, error) {
-			return 0, &os.PathError{Op: "write", Path: path, Err: syscall.EACCES}
-		}
-		t.Cleanup(func() { appendWrite = (*os.File).Write })
-	}
-	s, _ := open(t, Options{Path: path})
-	got := drain(t, s)
-	got[0].Attempt = 1
-	f := onlyFault(t, s.Settle(context.Background(), []engine.Settlement{
-		{Delivery: got[0], Action: engine.ActRequeue, Copy: got[0].RetryCopy()},
-		{Delivery: got[1], Action: engine.ActAck},
-	}))
-	if f.Index != 0 || f.Command != "append" || f.Key != path || f.Reason != "permission" || !f.Permanent {
-		t.Fatalf("fault = %+v", f)
 	}
 }
 
@@ -849,7 +640,7 @@ func TestSettlePartialAppend(t *testing.T) {
 		n, _ := f.Write(b[:limit])
 		return n, &os.PathError{Op: "write", Path: path, Err: syscall.ENOSPC}
 	}
-	fs := faults(t, s.Settle(context.Background(), batch))
+	fs := transporttest.Faults(t, s.Settle(context.Background(), batch))
 	appendWrite = (*os.File).Write
 	if len(fs) != 2 || fs[0].Index != 1 || fs[1].Index != 2 {
 		t.Fatalf("faults = %+v, want deliveries 1 and 2", fs)
@@ -881,7 +672,7 @@ func TestRequeuePartial(t *testing.T) {
 	}
 	err := s.Requeue(context.Background(), msgs)
 	appendWrite = (*os.File).Write
-	f := onlyFault(t, err)
+	f := transporttest.OnlyFault(t, err)
 	if f.Index != 1 || f.Reason != "io" || f.Permanent {
 		t.Fatalf("fault = %+v", f)
 	}
@@ -901,12 +692,12 @@ func TestSettleFsyncFailure(t *testing.T) {
 		{Delivery: got[1], Action: engine.ActAck},
 	}
 	appendSync = func(*os.File) error { return &os.PathError{Op: "sync", Path: path, Err: syscall.EIO} }
-	f := onlyFault(t, s.Settle(context.Background(), batch))
+	f := transporttest.OnlyFault(t, s.Settle(context.Background(), batch))
 	appendSync = (*os.File).Sync
 	if f.Index != 0 || f.Command != "fsync" || f.Reason != "fsync" || !f.Permanent {
 		t.Fatalf("fault = %+v", f)
 	}
-	f = onlyFault(t, s.Settle(context.Background(), batch[:1]))
+	f = transporttest.OnlyFault(t, s.Settle(context.Background(), batch[:1]))
 	if f.Command != "fsync" {
 		t.Fatalf("resend: fault = %+v", f)
 	}
@@ -931,7 +722,7 @@ func TestDeadLetterKeyNeverRead(t *testing.T) {
 				t.Fatalf("key %q: delivered dead letter at line %s", key, d.ID)
 			}
 		}
-		if key == "" && !equalStrings(ids(got), []string{"1", "3"}) {
+		if key == "" && !slices.Equal(ids(got), []string{"1", "3"}) {
 			t.Fatalf("ids = %v, want [1 3]", ids(got))
 		}
 	}

@@ -10,10 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/rs/zerolog"
 
@@ -72,7 +69,15 @@ func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 	stop := make(chan struct{})
 	defer close(stop)
 	go s.read(items, stop)
+	room := 0 // records the engine has room for before the next Room
 	for {
+		if room == 0 {
+			// Take no more decoded records than the engine can take (engine.Feed); the reader
+			// runs at most a batch ahead of them.
+			if room = feed.Room(ctx); room == 0 {
+				return ctx.Err()
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -83,6 +88,7 @@ func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 			if it.err != nil {
 				return it.err
 			}
+			room--
 			if !feed.Push(ctx, []*engine.Delivery{it.d}) {
 				return ctx.Err()
 			}
@@ -160,53 +166,41 @@ const output = "stdout"
 type token struct{ written bool }
 
 // Settle writes the batch's copies, one write per copy, in order: retry copies under OutRetry,
-// dead letters under their key. Acknowledging is nothing on a pipe. A failed write is a fault
+// dead letters under their key (codec.RecordCopy, the switch the file source shares).
+// Acknowledging is nothing on a pipe. A failed write is a fault
 // of that delivery and of those after it (engine.SettleError); the copies written before it are
 // marked on their tokens and never written again.
 //
-// A closed output (EPIPE: the reader has gone; os.ErrClosed) and a permission error are
-// permanent: nothing written there will ever arrive, and the delivery has no acknowledgement to
-// keep it. Anything else (EAGAIN, ENOSPC or EIO when stdout is a file) is transient: the engine
-// writes it again with backoff.
+// Failures are classified as for every record output (codec.ClassifyWrite): a closed output
+// (EPIPE: the reader has gone; os.ErrClosed) and a permission error are permanent: nothing
+// written there will ever arrive, and the delivery has no acknowledgement to keep it. EAGAIN,
+// ENOSPC or EIO when stdout is a file are transient: the engine writes it again with backoff.
 func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 	var se engine.SettleError
 	for i, st := range batch {
-		var key string
-		switch st.Action {
-		case engine.ActAck:
+		command := "write"
+		if st.Action != engine.ActRequeue && st.Action != engine.ActDeadLetter {
+			command = st.Action.String()
+		}
+		if st.Action == engine.ActRequeue && s.opts.OutRetry == "" {
+			se.Add(codec.WriteFault(i, command, output, fmt.Errorf("pipe: retry copy without out_retry: %w", engine.ErrUnsupported)))
 			continue
-		case engine.ActRequeue:
-			if s.opts.OutRetry == "" {
-				se.Add(fault(i, "write", output, fmt.Errorf("pipe: retry copy without out_retry: %w", engine.ErrUnsupported)))
-				continue
-			}
-			key = s.opts.OutRetry
-		case engine.ActDeadLetter:
-			if st.DeadLetterKey == "" {
-				se.Add(fault(i, "write", output, fmt.Errorf("pipe: dead letter without a key: %w", engine.ErrPermanent)))
-				continue
-			}
-			key = st.DeadLetterKey
-		default:
-			se.Add(fault(i, st.Action.String(), output, fmt.Errorf("pipe: %s: %w", st.Action, engine.ErrUnsupported)))
+		}
+		c, err := codec.RecordCopy(st, s.opts.OutRetry)
+		if err != nil {
+			se.Add(codec.WriteFault(i, command, output, fmt.Errorf("pipe: %w", err)))
 			continue
 		}
 		tok, _ := tokenOf(st.Delivery)
-		if tok != nil && tok.written {
-			continue // written by an earlier try
+		if c == nil || (tok != nil && tok.written) {
+			continue // nothing to write, or written by an earlier try
 		}
-		if st.Copy == nil {
-			se.Add(fault(i, "write", output, fmt.Errorf("pipe: %s without a copy: %w", st.Action, engine.ErrPermanent)))
-			continue
-		}
-		c := *st.Copy
-		c.Key = key
-		if err := s.out.WriteRecords(&c); err != nil {
+		if err := s.out.WriteRecords(c); err != nil {
 			// Stop at the first failed write, so copies keep their order on the output.
 			err = fmt.Errorf("pipe: %w", err)
 			for j := i; j < len(batch); j++ {
 				if batch[j].Action != engine.ActAck {
-					se.Add(fault(j, "write", output, err))
+					se.Add(codec.WriteFault(j, "write", output, err))
 				}
 			}
 			break
@@ -226,28 +220,6 @@ func tokenOf(d *engine.Delivery) (*token, bool) {
 	return tok, ok
 }
 
-// fault describes delivery i's failed settlement, classified as Settle says.
-func fault(i int, command, key string, err error) engine.Fault {
-	f := engine.Fault{Index: i, Command: command, Key: key, Err: err}
-	switch {
-	case errors.Is(err, engine.ErrUnsupported):
-		f.Reason, f.Permanent = "unsupported", true
-	case errors.Is(err, engine.ErrPermanent):
-		f.Reason, f.Permanent = "invalid", true
-	case errors.Is(err, syscall.EPIPE), errors.Is(err, os.ErrClosed):
-		f.Reason, f.Permanent = "closed", true
-	case errors.Is(err, fs.ErrPermission):
-		f.Reason, f.Permanent = "permission", true
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		f.Reason = "no_space"
-	case errors.Is(err, syscall.EIO):
-		f.Reason = "io"
-	default:
-		f.Reason = "error"
-	}
-	return f
-}
-
 // Requeue writes runtime copies that came due under OutRetry, one write per copy. A failed
 // write is an engine.SettleError naming (by index into msgs) the copies not written.
 func (s *Source) Requeue(ctx context.Context, msgs []*engine.Message) error {
@@ -264,7 +236,7 @@ func (s *Source) Requeue(ctx context.Context, msgs []*engine.Message) error {
 			err = fmt.Errorf("pipe: %w", err)
 			var se engine.SettleError
 			for j := i; j < len(msgs); j++ {
-				se.Add(fault(j, "write", output, err))
+				se.Add(codec.WriteFault(j, "write", output, err))
 			}
 			return se.Err()
 		}

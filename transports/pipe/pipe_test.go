@@ -3,13 +3,11 @@ package pipe
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"maps"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,42 +16,8 @@ import (
 
 	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
-	"github.com/flowrun/flowrun/internal/sourcetest"
+	"github.com/flowrun/flowrun/transports/transporttest"
 )
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// run drains a source until Receive returns.
-func run(t *testing.T, s *Source) ([]*engine.Delivery, error) {
-	t.Helper()
-	ch, done := sourcetest.Receive(context.Background(), s, 1)
-	var got []*engine.Delivery
-	for {
-		select {
-		case d := <-ch:
-			got = append(got, d)
-		case err := <-done:
-			return got, err
-		case <-time.After(5 * time.Second):
-			t.Fatal("Receive did not return within 5s")
-		}
-	}
-}
 
 func TestReceive(t *testing.T) {
 	input := `{"key":"a","headers":{"h":"1"},"payload":{"n":1}}
@@ -73,15 +37,9 @@ not json
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var logs syncBuffer
+			var logs transporttest.Logs
 			s := New(Options{Key: tt.key, OutRetry: "r", Batch: 2}, strings.NewReader(input), codec.NewLineWriter(io.Discard), zerolog.New(&logs))
-			if c := s.Capabilities(); c != (engine.Capabilities{}) {
-				t.Errorf("Capabilities = %+v", c)
-			}
-			got, err := run(t, s)
-			if err != nil {
-				t.Fatalf("Receive = %v, want nil at EOF", err)
-			}
+			got := transporttest.Receive(t, s, 1).Drain(t)
 			var payloads []string
 			for _, d := range got {
 				payloads = append(payloads, string(d.Payload))
@@ -97,11 +55,7 @@ not json
 			}
 			// Malformed lines 4 and 6 are logged with their line numbers.
 			var lines []float64
-			for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
-				var e map[string]any
-				if err := json.Unmarshal([]byte(l), &e); err != nil {
-					t.Fatal(err)
-				}
+			for _, e := range logs.Entries(t) {
 				if e["level"] == "warn" && e["message"] == "malformed record skipped" {
 					lines = append(lines, e["line"].(float64))
 				}
@@ -120,7 +74,7 @@ func TestReadError(t *testing.T) {
 	boom := errors.New("boom")
 	in := io.MultiReader(strings.NewReader(`{"key":"a","payload":1}`+"\n"), errReader{boom})
 	s := New(Options{}, in, codec.NewLineWriter(io.Discard), zerolog.Nop())
-	got, err := run(t, s)
+	got, err := transporttest.Receive(t, s, 1).Rest(t)
 	if len(got) != 1 || !errors.Is(err, boom) {
 		t.Fatalf("got %d deliveries, err %v", len(got), err)
 	}
@@ -135,27 +89,16 @@ func TestCancelWhileReadBlocks(t *testing.T) {
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	s := New(Options{}, pr, codec.NewLineWriter(io.Discard), zerolog.Nop())
-	ctx, cancel := context.WithCancel(context.Background())
-	ch, done := sourcetest.Receive(ctx, s, 1)
+	r := transporttest.Receive(t, s, 1)
 	if _, err := pw.Write([]byte(`{"key":"a","payload":1}` + "\n")); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case d := <-ch:
-		if string(d.Payload) != "1" {
-			t.Fatalf("payload %s", d.Payload)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no delivery")
+	if d := r.Next(t); string(d.Payload) != "1" {
+		t.Fatalf("payload %s", d.Payload)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("Receive = %v, want context.Canceled", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Receive did not return after cancel")
+	r.Stop(t) // fails the test unless Receive returns
+	if err := r.Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Receive = %v, want context.Canceled", err)
 	}
 }
 
@@ -178,57 +121,11 @@ func TestCancelWhileSending(t *testing.T) {
 	}
 }
 
-func TestSettle(t *testing.T) {
-	var out bytes.Buffer
-	s := New(Options{OutRetry: "orders.retry"}, strings.NewReader(""), codec.NewLineWriter(&out), zerolog.Nop())
-	d1 := &engine.Delivery{Message: engine.Message{Key: "orders", Headers: map[string]string{}, Payload: []byte(`{"id":1}`)}, Attempt: 1, Token: &token{}}
-	d2 := &engine.Delivery{Message: engine.Message{Key: "orders", Headers: map[string]string{"h": "v"}, Payload: []byte("text")}, Attempt: 3, Token: &token{}}
-	d3 := &engine.Delivery{Message: engine.Message{Key: "orders", Headers: map[string]string{}, Payload: []byte("3")}, Attempt: 1, Token: &token{}}
-	dead := d2.Message.Clone()
-	dead.Headers[engine.HeaderDeadLetterReason] = "boom"
-	retry := d1.RetryCopy()
-
-	err := s.Settle(context.Background(), []engine.Settlement{
-		{Delivery: d1, Action: engine.ActRequeue, Copy: retry},
-		{Delivery: d2, Action: engine.ActDeadLetter, Copy: dead, DeadLetterKey: "orders.dlq"},
-		{Delivery: d3, Action: engine.ActAck},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if retry.Key != "orders" || dead.Key != "orders" {
-		t.Fatal("Settle changed the caller's copies")
-	}
-	if err := s.Requeue(context.Background(), []*engine.Message{{Key: "orders", Headers: map[string]string{"x-retry-count": "2"}, Payload: []byte("late")}}); err != nil {
-		t.Fatal(err)
-	}
-	want := `{"key":"orders.retry","headers":{"x-retry-count":"1"},"payload":{"id":1}}` + "\n" +
-		`{"key":"orders.dlq","headers":{"h":"v","x-dead-letter-reason":"boom"},"payload":"text"}` + "\n" +
-		`{"key":"orders.retry","headers":{"x-retry-count":"2"},"payload":"late"}` + "\n"
-	if out.String() != want {
-		t.Fatalf("stdout =\n%s\nwant\n%s", out.String(), want)
-	}
-
-	out.Reset()
-	for _, act := range []engine.Action{engine.ActLeave, engine.ActDelay} {
-		f := onlyFault(t, s.Settle(context.Background(), []engine.Settlement{{Delivery: d1, Action: act, Copy: retry}}))
-		if !errors.Is(f.Err, engine.ErrUnsupported) || !f.Permanent {
-			t.Errorf("%s: fault = %+v, want a permanent ErrUnsupported", act, f)
-		}
-	}
-	if err := s.Settle(context.Background(), []engine.Settlement{{Delivery: d1, Action: engine.ActAck}}); err != nil {
-		t.Fatal(err)
-	}
-	if out.Len() != 0 {
-		t.Fatalf("wrote %q for settlements that write nothing", out.String())
-	}
-}
-
 func TestNoOutRetry(t *testing.T) {
 	var out bytes.Buffer
 	s := New(Options{}, strings.NewReader(""), codec.NewLineWriter(&out), zerolog.Nop())
 	d := &engine.Delivery{Message: engine.Message{Key: "k", Headers: map[string]string{}}, Attempt: 1}
-	if f := onlyFault(t, s.Settle(context.Background(), []engine.Settlement{{Delivery: d, Action: engine.ActRequeue, Copy: d.RetryCopy()}})); !errors.Is(f.Err, engine.ErrUnsupported) || !f.Permanent {
+	if f := transporttest.OnlyFault(t, s.Settle(context.Background(), []engine.Settlement{{Delivery: d, Action: engine.ActRequeue, Copy: d.RetryCopy()}})); !errors.Is(f.Err, engine.ErrUnsupported) || !f.Permanent {
 		t.Fatalf("fault = %+v", f)
 	}
 	if err := s.Requeue(context.Background(), []*engine.Message{{Key: "k"}}); !errors.Is(err, engine.ErrUnsupported) {
@@ -237,15 +134,6 @@ func TestNoOutRetry(t *testing.T) {
 	if out.Len() != 0 {
 		t.Fatalf("wrote %q", out.String())
 	}
-}
-
-func onlyFault(t *testing.T, err error) engine.Fault {
-	t.Helper()
-	var se *engine.SettleError
-	if !errors.As(err, &se) || len(se.Faults) != 1 {
-		t.Fatalf("Settle = %v, want an *engine.SettleError with one fault", err)
-	}
-	return se.Faults[0]
 }
 
 // flakyWriter fails its writes from the fail-th on with err, until healed.
@@ -275,14 +163,11 @@ func TestSettleResendWritesOnce(t *testing.T) {
 	}
 	batch = append(batch, engine.Settlement{Delivery: &engine.Delivery{Token: &token{}}, Action: engine.ActAck})
 
-	var se *engine.SettleError
-	if err := s.Settle(context.Background(), batch); !errors.As(err, &se) {
-		t.Fatalf("Settle = %v", err)
+	fs := transporttest.Faults(t, s.Settle(context.Background(), batch))
+	if len(fs) != 2 || fs[0].Index != 1 || fs[1].Index != 2 {
+		t.Fatalf("faults = %+v, want deliveries 1 and 2", fs)
 	}
-	if len(se.Faults) != 2 || se.Faults[0].Index != 1 || se.Faults[1].Index != 2 {
-		t.Fatalf("faults = %+v, want deliveries 1 and 2", se.Faults)
-	}
-	for _, f := range se.Faults {
+	for _, f := range fs {
 		if f.Permanent || f.Command != "write" || f.Key != "stdout" {
 			t.Fatalf("fault = %+v, want a transient write fault", f)
 		}
@@ -305,12 +190,11 @@ func TestSettleBrokenPipe(t *testing.T) {
 	s := New(Options{OutRetry: "r"}, strings.NewReader(""), codec.NewLineWriter(out), zerolog.Nop())
 	d := &engine.Delivery{Message: engine.Message{Key: "k"}, Attempt: 1, Token: &token{}}
 	dead := d.Message.Clone()
-	f := onlyFault(t, s.Settle(context.Background(), []engine.Settlement{{Delivery: d, Action: engine.ActDeadLetter, Copy: dead, DeadLetterKey: "k.dlq"}}))
+	f := transporttest.OnlyFault(t, s.Settle(context.Background(), []engine.Settlement{{Delivery: d, Action: engine.ActDeadLetter, Copy: dead, DeadLetterKey: "k.dlq"}}))
 	if !f.Permanent || f.Reason != "closed" || !errors.Is(f.Err, syscall.EPIPE) {
 		t.Fatalf("fault = %+v", f)
 	}
-	var se *engine.SettleError
-	if err := s.Requeue(context.Background(), []*engine.Message{{Key: "k"}}); !errors.As(err, &se) || se.Faults[0].Reason != "closed" {
-		t.Fatalf("Requeue = %v", err)
+	if f := transporttest.OnlyFault(t, s.Requeue(context.Background(), []*engine.Message{{Key: "k"}})); f.Reason != "closed" || !f.Permanent {
+		t.Fatalf("Requeue fault = %+v", f)
 	}
 }

@@ -85,3 +85,11 @@ func ExecFaults[C redis.Cmder](ctx context.Context, client redis.UniversalClient
 	}
 	return se.Err()
 }
+
+// FirstErr returns a command's own error, or else its pipeline's (ExecPipe's).
+func FirstErr(cmdErr, pipeErr error) error {
+	if cmdErr != nil {
+		return cmdErr
+	}
+	return pipeErr
+}

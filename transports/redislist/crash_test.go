@@ -13,6 +13,7 @@ import (
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/redistest"
+	"github.com/flowrun/flowrun/transports/transporttest"
 )
 
 const helperEnv = "REDISLIST_CRASH_HELPER_ADDR"
@@ -50,8 +51,7 @@ func TestKillMidBacklog(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a subprocess")
 	}
-	srv := redistest.Start(t)
-	c := srv.Client(t)
+	srv, c := redistest.Fresh(t)
 	ctx := context.Background()
 	const total = 1000
 	vals := make([]any, total)
@@ -67,7 +67,7 @@ func TestKillMidBacklog(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the helper to handle some", func() bool { return c.SCard(ctx, "seen").Val() >= 100 })
+	transporttest.WaitFor(t, "the helper to handle some", func() bool { return c.SCard(ctx, "seen").Val() >= 100 })
 	cmd.Process.Kill()
 	cmd.Wait()
 	if n := llen(t, c, "crash:processing:w1"); n == 0 {
@@ -77,8 +77,8 @@ func TestKillMidBacklog(t *testing.T) {
 		t.Fatalf("the helper handled all %d before the kill", n)
 	}
 
-	stop := runEngine(t, crashPipeline(t, c, 0))
-	waitFor(t, "every element handled and both lists empty", func() bool {
+	stop := transporttest.RunPipeline(t, crashPipeline(t, c, 0))
+	transporttest.WaitFor(t, "every element handled and both lists empty", func() bool {
 		return c.SCard(ctx, "seen").Val() == total && llen(t, c, "crash") == 0 && llen(t, c, "crash:processing:w1") == 0
 	})
 	if err := stop(); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/redistest"
+	"github.com/flowrun/flowrun/transports/transporttest"
 )
 
 // TestLostBLMoveReply: the reply of the BLMOVE that moved an element is lost with its connection
@@ -16,8 +17,7 @@ import (
 // the broken connection, sweeps its processing list and reads the element again, within a few
 // reads, not at the two-minute sweep.
 func TestLostBLMoveReply(t *testing.T) {
-	srv := redistest.Start(t)
-	direct := srv.Client(t)
+	srv, direct := redistest.Fresh(t)
 	proxy := redistest.StartProxy(t, srv.Addr)
 	c := redis.NewClient(&redis.Options{Addr: proxy.Addr})
 	t.Cleanup(func() { c.Close() })
@@ -26,20 +26,20 @@ func TestLostBLMoveReply(t *testing.T) {
 	sweepEvery = time.Hour // only the broken connection may trigger the sweep here
 
 	src := newSource(t, c, Options{Key: "lr", Reliable: true, Consumer: "w1"})
-	r := receive(t, src)
-	waitFor(t, "ready", src.Ready)
+	r := transporttest.Receive(t, src, src.opts.Batch)
+	transporttest.WaitFor(t, "ready", src.Ready)
 	lpush(t, direct, "lr", "first")
-	first := r.next(t)
+	first := r.Next(t)
 
 	cut := proxy.CutReply(redistest.Command("BLMOVE"))
 	pushed := time.Now()
 	lpush(t, direct, "lr", "lost")
 	select {
 	case <-cut:
-	case <-time.After(waitTimeout):
+	case <-time.After(transporttest.Timeout):
 		t.Fatal("the BLMOVE reply was never cut")
 	}
-	got := r.next(t)
+	got := r.Next(t)
 	took := time.Since(pushed)
 	if string(got.Payload) != "lost" {
 		t.Fatalf("read %q, want the element whose reply was lost", got.Payload)
@@ -55,5 +55,5 @@ func TestLostBLMoveReply(t *testing.T) {
 	}
 	wantList(t, direct, "lr:processing:w1")
 	wantList(t, direct, "lr")
-	r.none(t, 300*time.Millisecond) // handed over once
+	r.None(t, 300*time.Millisecond) // handed over once
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -25,30 +26,31 @@ import (
 // first, on its own, and remembered, so a resend does not write it again.
 //
 // Simple list: ActAck does nothing; ActRequeue and ActDeadLetter LPUSH the copy (pipelined),
-// each at most once.
+// each at most once (redisconn.CopySettler, which Pub/Sub shares).
 //
 // ActLeave and ActDelay are engine.ErrUnsupported (permanent faults).
 func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
+	if !s.opts.Reliable {
+		return redisconn.CopySettler{Client: s.client, Name: "redislist", Key: s.opts.Key,
+			Done: settledFlag, Write: s.writeCopy}.Settle(ctx, batch)
+	}
 	var se engine.SettleError
 	toks := make([]*token, len(batch))
 	for i, st := range batch {
 		t, err := tokenOf(st.Delivery)
 		switch {
 		case err != nil:
+			err = fmt.Errorf("%w: %w", err, engine.ErrPermanent)
 		case st.Action != engine.ActAck && st.Action != engine.ActRequeue && st.Action != engine.ActDeadLetter:
 			err = fmt.Errorf("redislist: settle %s: %w", st.Action, engine.ErrUnsupported)
 		case st.Action != engine.ActAck && st.Copy == nil:
 			err = fmt.Errorf("redislist: settle %s without a copy: %w", st.Action, engine.ErrPermanent)
 		}
 		if err != nil {
-			se.Add(engine.Fault{Index: i, Command: "settle", Key: s.opts.Key, Reason: "unsupported", Permanent: true, Err: err})
+			se.Add(redisconn.Fault(i, "settle", s.opts.Key, err))
 			continue
 		}
 		toks[i] = t
-	}
-	if !s.opts.Reliable {
-		s.settleSimple(ctx, batch, toks, &se)
-		return se.Err()
 	}
 
 	// Dead letters on another slot cannot share the script: write them first.
@@ -100,7 +102,7 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 		script = settleScript.Eval(ctx, s.client, keys, args...) // Redis restarted: load it again
 	}
 	for _, r := range rems {
-		if cerr := firstErr(r.cmd.Err(), err); cerr != nil {
+		if cerr := redisconn.FirstErr(r.cmd.Err(), err); cerr != nil {
 			se.Add(redisconn.Fault(r.i, "lrem", s.opts.Processing, cerr, s.secrets...))
 			continue
 		}
@@ -110,7 +112,7 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 		return se.Err()
 	}
 	res, serr := script.Slice()
-	if serr = firstErr(serr, err); serr == nil && len(res) != len(copies) {
+	if serr = redisconn.FirstErr(serr, err); serr == nil && len(res) != len(copies) {
 		serr = fmt.Errorf("settle script: %d results for %d copies", len(res), len(copies))
 	}
 	for j, i := range copies {
@@ -133,7 +135,7 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 		if batch[i].Action == engine.ActDeadLetter {
 			key = deadLetterKey(batch[i])
 		}
-		if c, m, ok := cutTab(r); ok {
+		if c, m, ok := strings.Cut(r, "\t"); ok { // "command<TAB>Redis's error"
 			cmd, msg = c, m
 			if cmd != "lpush" {
 				key = s.opts.Processing
@@ -174,7 +176,7 @@ func (s *Source) writeStrayCopies(ctx context.Context, batch []engine.Settlement
 	err := redisconn.ExecPipe(ctx, pipe)
 	for j, c := range cmds {
 		i := idx[j]
-		if cerr := firstErr(c.Err(), err); cerr != nil {
+		if cerr := redisconn.FirstErr(c.Err(), err); cerr != nil {
 			se.Add(redisconn.Fault(i, "lpush", deadLetterKey(batch[i]), cerr, s.secrets...))
 			toks[i] = nil // its LREM waits for the resend
 			continue
@@ -183,45 +185,23 @@ func (s *Source) writeStrayCopies(ctx context.Context, batch []engine.Settlement
 	}
 }
 
-func (s *Source) settleSimple(ctx context.Context, batch []engine.Settlement, toks []*token, se *engine.SettleError) {
-	var (
-		pipe redis.Pipeliner
-		cmds []*redis.IntCmd
-		idx  []int
-	)
-	for i, st := range batch {
-		t := toks[i]
-		if t == nil || t.done {
-			continue
-		}
-		var key string
-		switch st.Action {
-		case engine.ActAck:
-			t.done = true // nothing to settle
-			continue
-		case engine.ActRequeue:
-			key = s.opts.Key
-		case engine.ActDeadLetter:
-			key = deadLetterKey(st)
-		}
-		if pipe == nil {
-			pipe = s.client.Pipeline()
-		}
-		cmds = append(cmds, pipe.LPush(ctx, key, codec.EncodeEnvelope(st.Copy)))
-		idx = append(idx, i)
+// writeCopy LPUSHes a simple list's retry copy onto the list, or its dead letter onto the
+// dead-letter list.
+func (s *Source) writeCopy(ctx context.Context, p redis.Pipeliner, st engine.Settlement) redis.Cmder {
+	key := s.opts.Key
+	if st.Action == engine.ActDeadLetter {
+		key = deadLetterKey(st)
 	}
-	if pipe == nil {
-		return
+	return p.LPush(ctx, key, codec.EncodeEnvelope(st.Copy))
+}
+
+// settledFlag is a simple list delivery's settled flag (redisconn.CopySettler).
+func settledFlag(d *engine.Delivery) (*bool, error) {
+	t, err := tokenOf(d)
+	if err != nil {
+		return nil, err
 	}
-	err := redisconn.ExecPipe(ctx, pipe)
-	for j, c := range cmds {
-		i := idx[j]
-		if cerr := firstErr(c.Err(), err); cerr != nil {
-			se.Add(redisconn.Fault(i, "lpush", c.Args()[1].(string), cerr, s.secrets...))
-			continue
-		}
-		toks[i].done = true
-	}
+	return &t.done, nil
 }
 
 // Requeue LPUSHes runtime copies (held retry_after copies that came due) onto the list, in one
@@ -255,23 +235,6 @@ func (s *Source) Release(st engine.Settlement) {
 }
 
 var _ engine.Releaser = (*Source)(nil)
-
-// firstErr returns the command's own error, or else the pipeline's.
-func firstErr(cmdErr, pipeErr error) error {
-	if cmdErr != nil {
-		return cmdErr
-	}
-	return pipeErr
-}
-
-func cutTab(s string) (string, string, bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\t' {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return "", s, false
-}
 
 func deadLetterKey(st engine.Settlement) string {
 	if st.DeadLetterKey != "" {

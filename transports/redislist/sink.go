@@ -2,7 +2,6 @@ package redislist
 
 import (
 	"context"
-	"errors"
 
 	"github.com/redis/go-redis/v9"
 
@@ -11,39 +10,18 @@ import (
 	"github.com/flowrun/flowrun/transports/redisconn"
 )
 
-// sink writes emitted messages to lists.
-type sink struct {
-	client redis.UniversalClient
+// NewSink returns the sink of `emit "list"` blocks: the messages are LPUSHed in order, as
+// envelopes when they have headers, onto the lists named by their Keys, one LPUSH per run of
+// messages to one key, all in one pipeline; a failure names the messages of the LPUSH that
+// failed (engine.SettleError). The caller owns client.
+func NewSink(client redis.UniversalClient) engine.Sink {
+	return redisconn.Sink{Client: client, Name: "redislist", Runs: true, Write: lpushRun}
 }
 
-// NewSink returns the sink of `emit "list"` blocks: each message is LPUSHed, as an envelope when
-// it has headers, onto the list named by its Key. The caller owns client.
-func NewSink(client redis.UniversalClient) engine.Sink { return sink{client: client} }
-
-// Publish LPUSHes msgs in order, one LPUSH per run of messages to one key, all in one pipeline;
-// a failure names the messages of the LPUSH that failed (engine.SettleError).
-func (k sink) Publish(ctx context.Context, msgs ...*engine.Message) error {
-	if len(msgs) == 0 {
-		return nil
+func lpushRun(ctx context.Context, p redis.Pipeliner, key string, msgs []*engine.Message) redis.Cmder {
+	vals := make([]any, len(msgs))
+	for i, m := range msgs {
+		vals[i] = codec.EncodeEnvelope(m)
 	}
-	pipe := k.client.Pipeline()
-	var (
-		cmds   []*redis.IntCmd
-		owners [][]int
-	)
-	for i := 0; i < len(msgs); {
-		key := msgs[i].Key
-		if key == "" {
-			return errors.New("redislist: emit without a key")
-		}
-		var (
-			vals []any
-			own  []int
-		)
-		for ; i < len(msgs) && msgs[i].Key == key; i++ {
-			vals, own = append(vals, codec.EncodeEnvelope(msgs[i])), append(own, i)
-		}
-		cmds, owners = append(cmds, pipe.LPush(ctx, key, vals...)), append(owners, own)
-	}
-	return redisconn.ExecFaults(ctx, k.client, pipe, cmds, owners)
+	return p.LPush(ctx, key, vals...)
 }

@@ -15,11 +15,11 @@ import (
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/transports/redisconn"
+	"github.com/flowrun/flowrun/transports/transporttest"
 )
 
 func TestNewOptions(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client(t)
+	_, c := redistest.Fresh(t)
 	src := newSource(t, c, Options{Key: "orders", Reliable: true, Consumer: "w1"})
 	if got := src.Options(); got.Processing != "orders:processing:w1" || got.Batch != DefaultBatch {
 		t.Fatalf("defaults: processing %q batch %d", got.Processing, got.Batch)
@@ -36,17 +36,16 @@ func TestNewOptions(t *testing.T) {
 }
 
 func TestCrashRecoveryAtStart(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client(t)
+	_, c := redistest.Fresh(t)
 	ctx := context.Background()
 	src := newSource(t, c, Options{Key: "jobs", Reliable: true, Consumer: "w1", Batch: 10})
 	// What a crash leaves: p1 was moved first (oldest), so it sits at the right end.
 	lpush(t, c, "jobs:processing:w1", "p1", "p2", "p3")
 	lpush(t, c, "jobs", "n1", "n2")
-	r := receive(t, src)
+	r := transporttest.Receive(t, src, src.opts.Batch)
 	var got []string
 	for range 5 {
-		d := r.next(t)
+		d := r.Next(t)
 		got = append(got, string(d.Payload))
 		if err := src.Settle(ctx, []engine.Settlement{{Delivery: d, Action: engine.ActAck}}); err != nil {
 			t.Fatal(err)
@@ -63,20 +62,20 @@ func TestCrashRecoveryAtStart(t *testing.T) {
 func TestStopReturnsUnhandled(t *testing.T) {
 	for _, reliable := range []bool{true, false} {
 		t.Run(fmt.Sprintf("reliable=%v", reliable), func(t *testing.T) {
-			srv := redistest.Start(t)
-			c := srv.Client(t)
+			_, c := redistest.Fresh(t)
 			src := newSource(t, c, Options{Key: "q", Reliable: reliable, Consumer: "w1", Batch: 5})
 			lpush(t, c, "q", "e1", "e2", "e3", "e4", "e5", "e6")
-			r := receive(t, src)
-			d1, d2 := r.next(t), r.next(t)
+			r := transporttest.Receive(t, src, src.opts.Batch)
+			d1, d2 := r.Next(t), r.Next(t)
 			if string(d1.Payload) != "e1" || string(d2.Payload) != "e2" {
 				t.Fatalf("read %q, %q", d1.Payload, d2.Payload)
 			}
 			// The batch is read (and, once room frees, maybe the last element too).
-			waitFor(t, "the batch to be read", func() bool { return llen(t, c, "q") <= 1 })
-			if err := r.stop(t); err != nil {
+			transporttest.WaitFor(t, "the batch to be read", func() bool { return llen(t, c, "q") <= 1 })
+			if err := r.Stop(t); err != nil {
 				t.Fatal(err)
 			}
+			src.Close() // as the engine does after a stop
 			// e3..e5 were read but never taken by a handler: back at the read end, in order.
 			wantList(t, c, "q", "e6", "e5", "e4", "e3")
 			if reliable {
@@ -96,8 +95,7 @@ func TestStopReturnsUnhandled(t *testing.T) {
 func TestBackpressure(t *testing.T) {
 	for _, reliable := range []bool{true, false} {
 		t.Run(fmt.Sprintf("reliable=%v", reliable), func(t *testing.T) {
-			srv := redistest.Start(t)
-			c := srv.Client(t)
+			_, c := redistest.Fresh(t)
 			const batch, total = 10, 100
 			src := newSource(t, c, Options{Key: "bp", Reliable: reliable, Consumer: "w1", Batch: batch})
 			elems := make([]string, total)
@@ -105,9 +103,9 @@ func TestBackpressure(t *testing.T) {
 				elems[i] = fmt.Sprintf("e%03d", i)
 			}
 			lpush(t, c, "bp", elems...)
-			r := receive(t, src)
+			r := transporttest.Receive(t, src, src.opts.Batch)
 			out := func() int64 { return total - llen(t, c, "bp") } // moved out of the list
-			waitFor(t, "the first batch", func() bool { return out() == batch })
+			transporttest.WaitFor(t, "the first batch", func() bool { return out() == batch })
 			// Nothing taken: no further read.
 			time.Sleep(200 * time.Millisecond) // asserting that nothing happens needs a wait
 			if n := out(); n != batch {
@@ -116,7 +114,7 @@ func TestBackpressure(t *testing.T) {
 			// However many are taken, reads stay within one batch of them (the feed's
 			// goroutine holds one more, as a handler would).
 			for i := range 3 * batch {
-				if d := r.next(t); string(d.Payload) != elems[i] {
+				if d := r.Next(t); string(d.Payload) != elems[i] {
 					t.Fatalf("delivery %d = %q, want %q", i, d.Payload, elems[i])
 				}
 				time.Sleep(5 * time.Millisecond)
@@ -124,7 +122,7 @@ func TestBackpressure(t *testing.T) {
 					t.Fatalf("%d out with %d taken, want at most taken + 1 + batch %d", n, i+1, batch)
 				}
 			}
-			waitFor(t, "reads to go on", func() bool { return out() > 3*batch })
+			transporttest.WaitFor(t, "reads to go on", func() bool { return out() > 3*batch })
 			if reliable {
 				if n, m := llen(t, c, "bp:processing:w1"), out(); n != m {
 					t.Fatalf("processing list holds %d, want the %d out of the list", n, m)
@@ -134,39 +132,8 @@ func TestBackpressure(t *testing.T) {
 	}
 }
 
-// runEngine runs one pipeline over src until stop is called; stop returns Run's error.
-func runEngine(t *testing.T, p *engine.Pipeline) (stop func() error) {
-	t.Helper()
-	if p.Name == "" {
-		p.Name = "p"
-	}
-	p.Logger = zerolog.Nop()
-	if p.ShutdownTimeout == 0 {
-		p.ShutdownTimeout = 5 * time.Second
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- engine.New(engine.Options{}, p).Run(ctx) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case err = <-done:
-			case <-time.After(waitTimeout):
-				t.Fatal("engine did not stop")
-			}
-		})
-		return err
-	}
-	t.Cleanup(func() { stop() })
-	return stop
-}
-
 func TestEngineBackpressure(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client(t)
+	_, c := redistest.Fresh(t)
 	// With 7 handlers busy and batch 5, reads stop once the engine holds a batch it cannot
 	// start: at most N + batch elements are out of the list.
 	const n, batch, total = 7, 5, 60
@@ -177,7 +144,7 @@ func TestEngineBackpressure(t *testing.T) {
 	release := make(chan struct{})
 	var mu sync.Mutex
 	handled := map[string]int{}
-	stop := runEngine(t, &engine.Pipeline{Source: src, Concurrency: n,
+	stop := transporttest.RunPipeline(t, &engine.Pipeline{Source: src, Concurrency: n,
 		Handler: engine.HandlerFunc(func(ctx context.Context, d *engine.Delivery) engine.Result {
 			select {
 			case <-release:
@@ -188,13 +155,13 @@ func TestEngineBackpressure(t *testing.T) {
 			mu.Unlock()
 			return engine.Result{Outcome: engine.Ack()}
 		})})
-	waitFor(t, "every handler busy", func() bool { return llen(t, c, "ebp:processing:w1") >= n })
+	transporttest.WaitFor(t, "every handler busy", func() bool { return llen(t, c, "ebp:processing:w1") >= n })
 	time.Sleep(300 * time.Millisecond) // asserting that reading stopped needs a wait
 	if got := llen(t, c, "ebp:processing:w1"); got > n+batch {
 		t.Fatalf("processing list holds %d with every handler busy, want ≤ N + batch = %d", got, n+batch)
 	}
 	close(release)
-	waitFor(t, "the backlog to drain", func() bool {
+	transporttest.WaitFor(t, "the backlog to drain", func() bool {
 		return llen(t, c, "ebp") == 0 && llen(t, c, "ebp:processing:w1") == 0
 	})
 	if err := stop(); err != nil {
@@ -210,13 +177,12 @@ func TestEngineBackpressure(t *testing.T) {
 func TestEngineOutcomes(t *testing.T) {
 	for _, reliable := range []bool{true, false} {
 		t.Run(fmt.Sprintf("reliable=%v", reliable), func(t *testing.T) {
-			srv := redistest.Start(t)
-			c := srv.Client(t)
+			_, c := redistest.Fresh(t)
 			src := newSource(t, c, Options{Key: "eo", Reliable: reliable, Consumer: "w1", Batch: 4})
 			lpush(t, c, "eo", "ack", "drop", `{"headers":{"h":"v"},"payload":"retry"}`, "later")
 			var mu sync.Mutex
 			var seen []string
-			stop := runEngine(t, &engine.Pipeline{Source: src, Concurrency: 2, MaxAttempts: 2, DeadLetter: "eo.dlq",
+			stop := transporttest.RunPipeline(t, &engine.Pipeline{Source: src, Concurrency: 2, MaxAttempts: 2, DeadLetter: "eo.dlq",
 				Handler: engine.HandlerFunc(func(ctx context.Context, d *engine.Delivery) engine.Result {
 					mu.Lock()
 					seen = append(seen, fmt.Sprintf("%s/%d", d.Payload, d.Attempt))
@@ -231,8 +197,8 @@ func TestEngineOutcomes(t *testing.T) {
 					}
 					return engine.Result{Outcome: engine.Ack()}
 				})})
-			waitFor(t, "six handler runs", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == 6 })
-			waitFor(t, "a dead letter", func() bool { return llen(t, c, "eo.dlq") == 1 })
+			transporttest.WaitFor(t, "six handler runs", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == 6 })
+			transporttest.WaitFor(t, "a dead letter", func() bool { return llen(t, c, "eo.dlq") == 1 })
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
@@ -263,27 +229,27 @@ func TestReconnect(t *testing.T) {
 
 	src := newSource(t, c, Options{Key: "rc", Reliable: true, Consumer: "w1"})
 	lpush(t, c, "rc", "before")
-	r := receive(t, src)
-	d := r.next(t)
-	waitFor(t, "ready", src.Ready)
+	r := transporttest.Receive(t, src, src.opts.Batch)
+	d := r.Next(t)
+	transporttest.WaitFor(t, "ready", src.Ready)
 	// A BLMOVE whose reply was lost: an element in processing that the engine never got.
 	lpush(t, c, "rc:processing:w1", "stray")
 
 	srv.Kill()
-	waitFor(t, "not ready while Redis is down", func() bool { return !src.Ready() })
+	transporttest.WaitFor(t, "not ready while Redis is down", func() bool { return !src.Ready() })
 	srv.Restart(t)
-	waitFor(t, "ready again", src.Ready)
+	transporttest.WaitFor(t, "ready again", src.Ready)
 
 	// The settlement the engine retries after the reconnect simply succeeds.
 	if err := src.Settle(ctx, []engine.Settlement{{Delivery: d, Action: engine.ActAck}}); err != nil {
 		t.Fatal(err)
 	}
 	// The stray element went back to the list and is read again; new elements flow.
-	if got := r.next(t); string(got.Payload) != "stray" {
+	if got := r.Next(t); string(got.Payload) != "stray" {
 		t.Fatalf("after reconnect read %q, want stray", got.Payload)
 	}
 	lpush(t, c, "rc", "after")
-	got := r.next(t)
+	got := r.Next(t)
 	if string(got.Payload) != "after" {
 		t.Fatalf("read %q, want after", got.Payload)
 	}
@@ -302,30 +268,13 @@ func TestAuthErrorEndsReceive(t *testing.T) {
 		if !redisconn.IsAuthError(err) || strings.Contains(err.Error(), "wrong-pw") {
 			t.Fatalf("Receive = %v, want a redacted auth error", err)
 		}
-	case <-time.After(waitTimeout):
+	case <-time.After(transporttest.Timeout):
 		t.Fatal("Receive kept retrying an authentication error")
 	}
 }
 
-// startCluster runs a one-node Redis Cluster owning every slot.
-func startCluster(t *testing.T) *redis.ClusterClient {
-	t.Helper()
-	srv := redistest.Start(t, "--cluster-enabled", "yes", "--cluster-config-file", t.TempDir()+"/nodes.conf")
-	ctx := context.Background()
-	if err := srv.Client(t).Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383").Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "cluster_state:ok", func() bool {
-		info, _ := srv.Client(t).ClusterInfo(ctx).Result()
-		return strings.Contains(info, "cluster_state:ok")
-	})
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}})
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 func TestCluster(t *testing.T) {
-	c := startCluster(t)
+	c := redistest.StartCluster(t).ClusterClient(t)
 	ctx := context.Background()
 	if _, err := New(c, Options{Key: "orders", Reliable: true, Consumer: "w1"}, zerolog.Nop()); err == nil ||
 		!strings.Contains(err.Error(), "hash tag") {
@@ -333,9 +282,9 @@ func TestCluster(t *testing.T) {
 	}
 	src := newSource(t, c, Options{Key: "{orders}", Reliable: true, Consumer: "w1"})
 	lpush(t, c, "{orders}", "a", "b", "c")
-	r := receive(t, src)
-	ds := []*engine.Delivery{r.next(t), r.next(t), r.next(t)}
-	r.stop(t)
+	r := transporttest.Receive(t, src, src.opts.Batch)
+	ds := []*engine.Delivery{r.Next(t), r.Next(t), r.Next(t)}
+	r.Stop(t)
 	// The dead letter is on another slot: written first, outside the MULTI.
 	batch := []engine.Settlement{
 		settlement(src, ds[0], engine.Ack(), 0),

@@ -3,7 +3,6 @@ package redispubsub
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/redis/go-redis/v9"
 
@@ -12,89 +11,44 @@ import (
 	"github.com/flowrun/flowrun/transports/redisconn"
 )
 
-// payloadField is the stream field that holds a dead letter's payload; every other field is a
-// header (the stream entry mapping of SPEC §3).
-const payloadField = "payload"
-
-// Settle executes a batch of settlements, pipelined: ActAck does nothing; ActRequeue PUBLISHes
-// the copy to its channel (RetryTo under patterns); ActDeadLetter XADDs the copy to the
-// dead-letter stream. Each delivery's copy is written at most once, however often the engine
-// resends it; a failure is reported per delivery (engine.SettleError) with its command and key.
-// ActLeave and ActDelay are engine.ErrUnsupported (permanent faults).
+// Settle executes a batch of settlements, pipelined (redisconn.CopySettler, which the simple
+// list shares): ActAck does nothing; ActRequeue PUBLISHes the copy to its channel (RetryTo under
+// patterns); ActDeadLetter XADDs the copy to the dead-letter stream. Each delivery's copy is
+// written at most once, however often the engine resends it; a failure is reported per delivery
+// (engine.SettleError) with its command and key. ActLeave and ActDelay are
+// engine.ErrUnsupported (permanent faults).
 func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
-	var (
-		se   engine.SettleError
-		pipe redis.Pipeliner
-		cmds []redis.Cmder
-		idx  []int
-		toks []*token
-	)
-	for i, st := range batch {
-		var err error
-		switch {
-		case st.Delivery == nil:
-			err = fmt.Errorf("redispubsub: settlement without a delivery: %w", engine.ErrPermanent)
-		case st.Action != engine.ActAck && st.Action != engine.ActRequeue && st.Action != engine.ActDeadLetter:
-			err = fmt.Errorf("redispubsub: settle %s: %w", st.Action, engine.ErrUnsupported)
-		case st.Action != engine.ActAck && st.Copy == nil:
-			err = fmt.Errorf("redispubsub: settle %s without a copy: %w", st.Action, engine.ErrPermanent)
+	return redisconn.CopySettler{Client: s.client, Name: "redispubsub", Done: settledFlag, Write: s.writeCopy}.Settle(ctx, batch)
+}
+
+// writeCopy publishes a retry copy, or XADDs a dead letter to its stream.
+func (s *Source) writeCopy(ctx context.Context, p redis.Pipeliner, st engine.Settlement) redis.Cmder {
+	if st.Action == engine.ActDeadLetter {
+		key := st.DeadLetterKey
+		if key == "" {
+			key = st.Copy.Key
 		}
-		if err != nil {
-			se.Add(engine.Fault{Index: i, Command: "settle", Reason: "unsupported", Permanent: true, Err: err})
-			continue
-		}
-		t, _ := st.Delivery.Token.(*token)
-		if t == nil {
-			t = &token{channel: st.Delivery.Key} // a delivery built elsewhere
-		}
-		if t.done {
-			continue
-		}
-		var cmd redis.Cmder
-		switch st.Action {
-		case engine.ActAck:
-			t.done = true // nothing to settle
-			continue
-		case engine.ActRequeue:
-			ch := s.retryChannel(st.Copy)
-			if ch == "" {
-				// Config requires retry_to wherever a pattern pipeline can retry; this is a
-				// safety net, and an error here would only block the settlements behind it.
-				s.log.Error().Str(engine.FieldKey, st.Copy.Key).Msg("retry copy not published: pattern subscription without retry_to")
-				t.done = true
-				continue
-			}
-			if pipe == nil {
-				pipe = s.client.Pipeline()
-			}
-			cmd = pipe.Publish(ctx, ch, codec.EncodeEnvelope(st.Copy))
-		case engine.ActDeadLetter:
-			key := st.DeadLetterKey
-			if key == "" {
-				key = st.Copy.Key
-			}
-			if pipe == nil {
-				pipe = s.client.Pipeline()
-			}
-			cmd = pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: StreamValues(st.Copy)})
-		}
-		cmds, idx, toks = append(cmds, cmd), append(idx, i), append(toks, t)
+		return p.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: codec.StreamFields(st.Copy)})
 	}
-	if pipe != nil {
-		err := redisconn.ExecPipe(ctx, pipe)
-		for j, c := range cmds {
-			cerr := c.Err()
-			if cerr == nil {
-				cerr = err
-			}
-			if cerr != nil {
-				se.Add(redisconn.Fault(idx[j], c.Name(), fmt.Sprint(c.Args()[1]), cerr, s.secrets...))
-				continue
-			}
-			toks[j].done = true
-		}
+	ch := s.retryChannel(st.Copy)
+	if ch == "" {
+		// Config requires retry_to wherever a pattern pipeline can retry; this is a safety net,
+		// and an error here would only block the settlements behind it.
+		s.log.Error().Str(engine.FieldKey, st.Copy.Key).Msg("retry copy not published: pattern subscription without retry_to")
+		return nil
 	}
-	return se.Err()
+	return p.Publish(ctx, ch, codec.EncodeEnvelope(st.Copy))
+}
+
+// settledFlag is a delivery's settled flag (redisconn.CopySettler). A delivery built elsewhere
+// gets a token of its own.
+func settledFlag(d *engine.Delivery) (*bool, error) {
+	t, _ := d.Token.(*token)
+	if t == nil {
+		t = &token{channel: d.Key}
+		d.Token = t
+	}
+	return &t.done, nil
 }
 
 // Requeue PUBLISHes runtime copies (held retry_after copies that came due), pipelined; a copy
@@ -139,22 +93,4 @@ func (s *Source) retryChannel(m *engine.Message) string {
 		return s.opts.RetryTo
 	}
 	return m.Key
-}
-
-// StreamValues maps a message to stream entry fields: its headers, in name order, then the
-// field "payload" holding the payload. A header named "payload" cannot be represented and is
-// left out.
-func StreamValues(m *engine.Message) []any {
-	names := make([]string, 0, len(m.Headers))
-	for k := range m.Headers {
-		if k != payloadField {
-			names = append(names, k)
-		}
-	}
-	slices.Sort(names)
-	vals := make([]any, 0, 2*len(names)+2)
-	for _, k := range names {
-		vals = append(vals, k, m.Headers[k])
-	}
-	return append(vals, payloadField, m.Payload)
 }

@@ -2,7 +2,6 @@ package redispubsub
 
 import (
 	"context"
-	"errors"
 
 	"github.com/redis/go-redis/v9"
 
@@ -11,28 +10,14 @@ import (
 	"github.com/flowrun/flowrun/transports/redisconn"
 )
 
-// sink publishes emitted messages.
-type sink struct {
-	client redis.UniversalClient
+// NewSink returns the sink of `emit "pubsub"` blocks: each message is PUBLISHed, as an envelope
+// when it has headers, to the channel named by its Key, in order, pipelined. A message nobody is
+// subscribed to is not an error (Pub/Sub keeps nothing). A failure is named per message
+// (engine.SettleError). The caller owns client.
+func NewSink(client redis.UniversalClient) engine.Sink {
+	return redisconn.Sink{Client: client, Name: "redispubsub", Write: publishOne}
 }
 
-// NewSink returns the sink of `emit "pubsub"` blocks: each message is PUBLISHed, as an envelope
-// when it has headers, to the channel named by its Key. The caller owns client.
-func NewSink(client redis.UniversalClient) engine.Sink { return sink{client: client} }
-
-// Publish PUBLISHes msgs in order, pipelined. A message nobody is subscribed to is not an error
-// (Pub/Sub keeps nothing). A failure is named per message (engine.SettleError).
-func (k sink) Publish(ctx context.Context, msgs ...*engine.Message) error {
-	if len(msgs) == 0 {
-		return nil
-	}
-	pipe := k.client.Pipeline()
-	cmds := make([]*redis.IntCmd, len(msgs))
-	for i, m := range msgs {
-		if m.Key == "" {
-			return errors.New("redispubsub: emit without a channel")
-		}
-		cmds[i] = pipe.Publish(ctx, m.Key, codec.EncodeEnvelope(m))
-	}
-	return redisconn.ExecFaults(ctx, k.client, pipe, cmds, nil)
+func publishOne(ctx context.Context, p redis.Pipeliner, channel string, msgs []*engine.Message) redis.Cmder {
+	return p.Publish(ctx, channel, codec.EncodeEnvelope(msgs[0]))
 }

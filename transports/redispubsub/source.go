@@ -138,8 +138,16 @@ func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 		bo        redisconn.Backoff
 		lastHeard = time.Now()
 		pingSent  time.Time
+		room      int // messages the engine has room for before the next Room
 	)
 	for ctx.Err() == nil {
+		if room == 0 {
+			// Never read more than the engine can take: while every handler is busy, messages
+			// wait in the connection's buffers (see the package doc).
+			if room = feed.Room(ctx); room == 0 {
+				break
+			}
+		}
 		v, err := ps.ReceiveTimeout(ctx, pollInterval)
 		if err != nil && isTimeout(err) {
 			err = nil
@@ -187,6 +195,7 @@ func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 				bo.Reset()
 			}
 		case *redis.Message:
+			room--
 			if !s.handOver(ctx, feed, m) {
 				s.log.Debug().Str(engine.FieldKey, m.Channel).Msg("message dropped at stop")
 				return ctx.Err()

@@ -2,7 +2,7 @@ package redisstream
 
 // Operator tools over a stream source's keys, for flowrun inspect and flowrun dlq: what a backlog
 // looks like, and moving dead letters back. They speak the same wire format as the source
-// (Fields, messageFrom) and never touch a running worker's state beyond what SPEC §1 promises.
+// (codec.StreamFields, codec.DecodeStream) and never touch a running worker's state beyond what SPEC §1 promises.
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/transports/redisconn"
 )
@@ -117,7 +118,7 @@ func deadLetters(key string, xs []redis.XMessage) []DeadLetter {
 	out := make([]DeadLetter, len(xs))
 	for i, x := range xs {
 		m := &engine.Message{Key: key, ID: x.ID}
-		messageFrom(m, x.Values)
+		codec.DecodeStream(m, x.Values)
 		out[i] = DeadLetter{Message: m}
 	}
 	return out
@@ -179,7 +180,7 @@ func Redrive(ctx context.Context, c redis.UniversalClient, dlq, target string, l
 		pipe := c.Pipeline()
 		cmds := make([]*redis.Cmd, len(batch))
 		for i, dl := range batch {
-			f := Fields(RedriveCopy(dl.Message))
+			f := codec.StreamFields(RedriveCopy(dl.Message))
 			args := make([]any, 0, 1+len(f))
 			args = append(args, dl.Message.ID)
 			for _, s := range f {
@@ -206,7 +207,7 @@ func writeCopies(ctx context.Context, c redis.UniversalClient, target string, ba
 	pipe := c.Pipeline()
 	cmds := make([]*redis.StringCmd, len(batch))
 	for i, dl := range batch {
-		cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: target, Values: Fields(RedriveCopy(dl.Message))})
+		cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{Stream: target, Values: codec.StreamFields(RedriveCopy(dl.Message))})
 	}
 	_, _ = pipe.Exec(ctx)
 	for i, cmd := range cmds {

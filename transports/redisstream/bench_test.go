@@ -11,7 +11,7 @@ import (
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/redistest"
-	"github.com/flowrun/flowrun/internal/sourcetest"
+	"github.com/flowrun/flowrun/transports/transporttest"
 )
 
 // benchEntries is the preloaded backlog each iteration drains.
@@ -80,7 +80,7 @@ func BenchmarkDrainEngineShape(b *testing.B) {
 					b.Fatal(err)
 				}
 				ctx, cancel := context.WithCancel(ctx)
-				batches, out := sourcetest.Flatten(ctx, 1000)
+				batches, out := transporttest.Flatten(ctx, 1000)
 				decisions := make(chan engine.Settlement, buf)
 				done := make(chan error, 1)
 				go func() { done <- src.Receive(ctx, batches) }()
@@ -131,7 +131,7 @@ func BenchmarkDrainEngineShape(b *testing.B) {
 // function that stops the source (outside the timing: the last read blocks for up to block).
 func sourceDrain(b *testing.B, ctx context.Context, src *Source, batch int) func() {
 	ctx, cancel := context.WithCancel(ctx)
-	batches, out := sourcetest.Flatten(ctx, 1000)
+	batches, out := transporttest.Flatten(ctx, 1000)
 	done := make(chan error, 1)
 	go func() { done <- src.Receive(ctx, batches) }()
 	sts := make([]engine.Settlement, 0, batch)

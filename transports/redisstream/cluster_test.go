@@ -39,7 +39,7 @@ func TestSettleOnCluster(t *testing.T) {
 	}
 	e := &env{t: t, srv: srv, ctx: ctx}
 	r := e.run(src, nil)
-	ds := r.recv(t, 4, 10*time.Second)
+	ds := r.Take(t, 4)
 	r.settle(t,
 		engine.Settlement{Delivery: ds[0], Action: engine.ActAck},
 		engine.Settlement{Delivery: ds[1], Action: engine.ActRequeue, Copy: ds[1].RetryCopy()},
@@ -56,7 +56,7 @@ func TestSettleOnCluster(t *testing.T) {
 		t.Fatalf("dlq len %d", n)
 	}
 	// The requeued copy, then the delayed one once due.
-	got := r.recv(t, 2, 5*time.Second)
+	got := r.Take(t, 2)
 	if string(got[0].Payload) != "b" || string(got[1].Payload) != "d" || got[1].Headers["x-retry-count"] != "1" {
 		t.Fatalf("copies %q %q %v", got[0].Payload, got[1].Payload, got[1].Headers)
 	}

@@ -3,6 +3,7 @@ package redisstream
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
 )
 
@@ -34,7 +36,7 @@ func TestDelayedMemberRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			if d.Key != "s" || d.OriginalID != "1-1" || !bytes.Equal(d.Message.Payload, tt.msg.Payload) ||
-				!equalMaps(d.Message.Headers, tt.msg.Headers) {
+				!maps.Equal(d.Message.Headers, tt.msg.Headers) {
 				t.Fatalf("decoded %+v %+v, want %+v", d, d.Message, tt.msg)
 			}
 			// The Lua side (cjson) must rebuild the same fields byte for byte.
@@ -47,7 +49,7 @@ func TestDelayedMemberRoundTrip(t *testing.T) {
 			if len(entries) != 1 {
 				t.Fatalf("moved %d entries", len(entries))
 			}
-			want := Fields(tt.msg)
+			want := codec.StreamFields(tt.msg)
 			got := fieldsOf(entries[0])
 			if len(got)*2 != len(want) {
 				t.Fatalf("fields %q, want %q", got, want)
@@ -79,7 +81,7 @@ func TestDurableDelayMovesBackOnTime(t *testing.T) {
 		t.Fatal("durable_zset source without DurableDelay")
 	}
 	e.xadd("s", "payload", "p", "h", "v")
-	d := r.recv(t, 1, 5*time.Second)[0]
+	d := r.Next(t)
 	delay := 700 * time.Millisecond
 	due := time.Now().Add(delay)
 	r.settle(t, engine.Settlement{Delivery: d, Action: engine.ActDelay, Copy: d.RetryCopy(), Due: due})
@@ -92,9 +94,9 @@ func TestDurableDelayMovesBackOnTime(t *testing.T) {
 	// The reader is blocked for up to 5s with nothing due; a fresh entry wakes it and from then
 	// on it knows the due time (SPEC: within one block).
 	e.xadd("s", "payload", "wake")
-	w := r.recv(t, 1, 5*time.Second)[0]
+	w := r.Next(t)
 	r.settle(t, ack(w)...)
-	c := r.recv(t, 1, delay+3*time.Second)[0]
+	c := r.Next(t)
 	late := time.Since(due)
 	if late < 0 {
 		t.Fatalf("copy delivered %s before due", -late)

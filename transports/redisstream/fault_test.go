@@ -21,14 +21,14 @@ import (
 func TestReconnectAfterRestart(t *testing.T) {
 	for _, kind := range []string{KindStream, KindClaiming, KindReclaim} {
 		t.Run(kind, func(t *testing.T) {
-			e := newEnv(t)
+			e := newOwnEnv(t)
 			o := claimOpts(kind, "a")
 			if kind == KindStream {
 				o.MinIdle = 0
 			}
 			r := e.start(o)
 			e.xadd("s", "payload", "before")
-			d := r.recv(t, 1, 5*time.Second)[0]
+			d := r.Next(t)
 			r.settle(t, ack(d)...)
 			if !r.src.Ready() {
 				t.Fatal("not ready after a successful read")
@@ -38,10 +38,10 @@ func TestReconnectAfterRestart(t *testing.T) {
 			e.srv.Restart(t)
 			e.waitFor("Ready to turn true", 15*time.Second, r.src.Ready)
 			id := e.xadd("s", "payload", "after")
-			if got := r.recv(t, 1, 10*time.Second)[0]; got.ID != id {
+			if got := r.Next(t); got.ID != id {
 				t.Fatalf("after restart got %s, want %s", got.ID, id)
 			}
-			if err := r.stop(); err != nil {
+			if err := r.Stop(t); err != nil {
 				t.Fatalf("Receive returned %v", err)
 			}
 		})
@@ -50,7 +50,7 @@ func TestReconnectAfterRestart(t *testing.T) {
 
 // Redis unreachable at start: Receive waits (Ready false) and starts reading when it appears.
 func TestStartWhileRedisDown(t *testing.T) {
-	e := newEnv(t)
+	e := newOwnEnv(t)
 	e.srv.Kill()
 	r := e.start(streamOpts("s"))
 	// Several failed attempts; then the server comes up.
@@ -60,7 +60,7 @@ func TestStartWhileRedisDown(t *testing.T) {
 	}
 	e.srv.Restart(t)
 	id := e.xadd("s", "payload", "p")
-	if got := r.recv(t, 1, 15*time.Second)[0]; got.ID != id {
+	if got := r.Next(t); got.ID != id {
 		t.Fatalf("got %s want %s", got.ID, id)
 	}
 }
@@ -92,12 +92,12 @@ func TestAuthErrorAtStart(t *testing.T) {
 // Settling while Redis is down fails every settlement of the batch; they stay tracked (not
 // re-delivered by the pending re-read) and a re-sent batch succeeds once Redis is back.
 func TestSettleWhileDownThenResend(t *testing.T) {
-	e := newEnv(t)
+	e := newOwnEnv(t)
 	e.srv.Stop()
 	e.srv.Restart(t) // same port; fresh data
 	ids := e.xaddN("s", 3)
 	r := e.start(streamOpts("s"))
-	ds := r.recv(t, 3, 5*time.Second)
+	ds := r.Take(t, 3)
 	batch := []engine.Settlement{
 		{Delivery: ds[0], Action: engine.ActAck},
 		{Delivery: ds[1], Action: engine.ActRequeue, Copy: ds[1].RetryCopy()},
@@ -126,7 +126,7 @@ func TestSettleWhileDownThenResend(t *testing.T) {
 	e.waitFor("the source to read again", 15*time.Second, r.src.Ready)
 	// The source recreated the group at "0" and reads the re-added entries as new; settle
 	// what it hands out so the stream drains, then re-send the failed batch.
-	r.recv(t, 3, 5*time.Second)
+	r.Take(t, 3)
 	if err := r.src.Settle(e.ctx, batch); err != nil {
 		t.Fatalf("re-sent batch: %v", err)
 	}

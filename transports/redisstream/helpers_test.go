@@ -2,7 +2,6 @@ package redisstream
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -16,8 +15,8 @@ import (
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/redistest"
-	"github.com/flowrun/flowrun/internal/sourcetest"
 	"github.com/flowrun/flowrun/transports/redisconn"
+	"github.com/flowrun/flowrun/transports/transporttest"
 )
 
 // env is one test's Redis: a server, a client for assertions and a unique key prefix.
@@ -28,7 +27,16 @@ type env struct {
 	ctx context.Context
 }
 
+// newEnv is the package's shared server, emptied for the test.
 func newEnv(t *testing.T) *env {
+	t.Helper()
+	srv, rdb := redistest.Fresh(t)
+	return &env{t: t, srv: srv, rdb: rdb, ctx: context.Background()}
+}
+
+// newOwnEnv is a server of the test's own, for a test that stops, restarts or kills it, kills
+// its clients or counts them.
+func newOwnEnv(t *testing.T) *env {
 	t.Helper()
 	srv := redistest.Start(t)
 	return &env{t: t, srv: srv, rdb: srv.Client(t), ctx: context.Background()}
@@ -86,17 +94,22 @@ func (e *env) client() (*redis.Client, *recorder) {
 	return c, rec
 }
 
-// running is a source with Receive running in the background.
+// running is a source with Receive running in the background (transporttest.Receiver).
 type running struct {
-	src  *Source
-	out  chan *engine.Delivery
-	rec  *recorder
-	stop func() error // cancels Receive, waits for it, closes the source; returns Receive's error
+	*transporttest.Receiver
+	src *Source
+	rec *recorder
 }
 
 func (e *env) start(opts Options) *running {
 	e.t.Helper()
 	c, rec := e.client()
+	return e.startWith(c, rec, opts)
+}
+
+// startWith starts a source on a client of the test's own.
+func (e *env) startWith(c *redis.Client, rec *recorder, opts Options) *running {
+	e.t.Helper()
 	src, err := New(c, opts, zerolog.New(zerolog.NewTestWriter(e.t)).Level(zerolog.WarnLevel))
 	if err != nil {
 		e.t.Fatal(err)
@@ -105,52 +118,7 @@ func (e *env) start(opts Options) *running {
 }
 
 func (e *env) run(src *Source, rec *recorder) *running {
-	ctx, cancel := context.WithCancel(context.Background())
-	batches, out := sourcetest.Flatten(context.WithoutCancel(ctx), src.o.Batch)
-	done := make(chan error, 1)
-	go func() { done <- src.Receive(ctx, batches) }()
-	var once sync.Once
-	var rerr error
-	stop := func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case rerr = <-done:
-			case <-time.After(15 * time.Second):
-				rerr = errors.New("Receive did not return")
-			}
-			src.Close()
-		})
-		return rerr
-	}
-	e.t.Cleanup(func() { stop() })
-	return &running{src: src, out: out, rec: rec, stop: stop}
-}
-
-// recv waits for n deliveries.
-func (r *running) recv(t *testing.T, n int, timeout time.Duration) []*engine.Delivery {
-	t.Helper()
-	var ds []*engine.Delivery
-	deadline := time.After(timeout)
-	for len(ds) < n {
-		select {
-		case d := <-r.out:
-			ds = append(ds, d)
-		case <-deadline:
-			t.Fatalf("received %d of %d deliveries within %s", len(ds), n, timeout)
-		}
-	}
-	return ds
-}
-
-// quiet asserts that nothing is delivered for d (a negative check cannot poll).
-func (r *running) quiet(t *testing.T, d time.Duration) {
-	t.Helper()
-	select {
-	case got := <-r.out:
-		t.Fatalf("unexpected delivery %s %v", got.ID, got.Headers)
-	case <-time.After(d):
-	}
+	return &running{Receiver: transporttest.Receive(e.t, src, src.o.Batch), src: src, rec: rec}
 }
 
 func (r *running) settle(t *testing.T, sts ...engine.Settlement) {
@@ -242,18 +210,6 @@ func fieldsOf(m redis.XMessage) map[string]string {
 	return out
 }
 
-func equalMaps(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
 func count(names []string, name string) int {
 	n := 0
 	for _, x := range names {
@@ -284,5 +240,6 @@ func freeAddr(t *testing.T) string {
 func TestMain(m *testing.M) {
 	// go-redis prints every failed dial to stderr; fault tests cause many on purpose.
 	redisconn.SetDriverLogger(zerolog.Nop())
-	os.Exit(m.Run())
+	os.Exit(redistest.Main(m)) // one redis-server shared by the tests that need no server of their own
+
 }

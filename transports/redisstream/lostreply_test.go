@@ -26,7 +26,7 @@ func TestLostReadReply(t *testing.T) {
 	}
 	r := e.run(src, nil)
 	first := e.xadd("lr", "payload", "first")
-	if d := r.recv(t, 1, 5*time.Second)[0]; d.ID != first {
+	if d := r.Next(t); d.ID != first {
 		t.Fatalf("got %s, want %s", d.ID, first)
 	}
 	cut := proxy.CutReply(redistest.Command("XREADGROUP", ">"))
@@ -37,7 +37,7 @@ func TestLostReadReply(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the XREADGROUP reply was never cut")
 	}
-	d := r.recv(t, 1, 10*time.Second)[0]
+	d := r.Next(t)
 	took := time.Since(added)
 	if d.ID != lost {
 		t.Fatalf("got %s, want the entry whose reply was lost (%s)", d.ID, lost)
@@ -46,14 +46,14 @@ func TestLostReadReply(t *testing.T) {
 	if took > 5*time.Second {
 		t.Fatalf("handed over after %s, want within a read or two", took)
 	}
-	r.quiet(t, 300*time.Millisecond) // once
+	r.None(t, 300*time.Millisecond) // once
 }
 
 // TestNewPoolConnectionIsNoReconnect: the client's pool growing (settlements, emits and
 // keep-alives take connections of their own) is not a reconnect: an entry made this consumer's
 // pending behind its back stays untouched until a connection really breaks.
 func TestNewPoolConnectionIsNoReconnect(t *testing.T) {
-	e := newEnv(t)
+	e := newOwnEnv(t)
 	// "stranded" is read by another consumer before the source starts: never new for it.
 	stranded := e.xadd("np", "payload", "stranded")
 	e.rdb.XGroupCreate(e.ctx, "np", "g", "0")
@@ -65,7 +65,7 @@ func TestNewPoolConnectionIsNoReconnect(t *testing.T) {
 	}
 	r := e.run(src, nil)
 	a := e.xadd("np", "payload", "a")
-	if d := r.recv(t, 1, 5*time.Second)[0]; d.ID != a {
+	if d := r.Next(t); d.ID != a {
 		t.Fatalf("got %s, want %s", d.ID, a)
 	}
 	e.waitFor("ready", 5*time.Second, src.Ready)
@@ -82,10 +82,10 @@ func TestNewPoolConnectionIsNoReconnect(t *testing.T) {
 	if after := c.PoolStats().TotalConns; after <= before {
 		t.Fatalf("pool did not grow (%d -> %d connections)", before, after)
 	}
-	r.quiet(t, time.Second) // no re-read: the stranded entry is not handed out
+	r.None(t, time.Second) // no re-read: the stranded entry is not handed out
 	// A connection that breaks in use is a reconnect: now the entry comes.
 	e.killClients()
-	if d := r.recv(t, 1, 10*time.Second)[0]; d.ID != stranded {
+	if d := r.Next(t); d.ID != stranded {
 		t.Fatalf("after a broken connection got %s, want %s", d.ID, stranded)
 	}
 }

@@ -3,64 +3,21 @@ package redisstream
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
 )
-
-// PayloadField is the stream entry field that holds a message's payload (SPEC §3); every other
-// field is a header.
-const PayloadField = "payload"
-
-// Fields returns the XADD field/value list for m: its headers in name order, then the payload
-// field. The payload field is written only when the payload is non-empty (so a copy of an entry
-// from another producer keeps its shape), or when it would otherwise have no field at all, since
-// XADD needs one. A header named "payload" is shadowed by the payload and not written.
-func Fields(m *engine.Message) []string {
-	names := make([]string, 0, len(m.Headers))
-	for k := range m.Headers {
-		if k != PayloadField {
-			names = append(names, k)
-		}
-	}
-	slices.Sort(names)
-	f := make([]string, 0, 2*len(names)+2)
-	for _, k := range names {
-		f = append(f, k, m.Headers[k])
-	}
-	if len(m.Payload) > 0 || len(f) == 0 {
-		f = append(f, PayloadField, string(m.Payload))
-	}
-	return f
-}
-
-// messageFrom maps an entry's fields to headers and payload.
-func messageFrom(m *engine.Message, values map[string]any) {
-	h := make(map[string]string, len(values))
-	for k, v := range values {
-		s, ok := v.(string)
-		if !ok {
-			s = fmt.Sprint(v)
-		}
-		if k == PayloadField {
-			m.Payload = []byte(s)
-		} else {
-			h[k] = s
-		}
-	}
-	m.Headers = h
-}
 
 // A delayed copy (durable_zset) is stored as one sorted-set member, a JSON object that the
 // move-back Lua script decodes with cjson:
 //
 //	{"v":1,"key":"<stream>","id":"<original entry id>","f":["name","value",...,"payload","..."]}
 //
-// "f" is exactly the XADD field list (Fields). The original id makes the member unique per
-// delivery, and a re-sent settlement only rewrites the same member's score. Strings are written
+// "f" is exactly the XADD field list (codec.StreamFields). The original id makes the member
+// unique per delivery, and a re-sent settlement only rewrites the same member's score. Strings are written
 // byte for byte (only '"', '\' and control bytes are escaped), because cjson passes raw bytes
 // through while it would turn a \u00XX escape above 0x7f into UTF-8: a binary payload survives.
 
@@ -72,7 +29,7 @@ type Delayed struct {
 }
 
 func encodeDelayed(key, origID string, m *engine.Message) string {
-	f := Fields(m)
+	f := codec.StreamFields(m)
 	b := make([]byte, 0, 64+len(key)+len(origID)+len(m.Payload)+16*len(f))
 	b = append(b, `{"v":1,"key":`...)
 	b = appendRawJSONString(b, key)
@@ -146,7 +103,7 @@ func DecodeDelayed(member string) (Delayed, error) {
 	}
 	m := &engine.Message{Key: d.Key, Headers: make(map[string]string, len(fields)/2)}
 	for i := 0; i < len(fields); i += 2 {
-		if fields[i] == PayloadField {
+		if fields[i] == codec.StreamPayloadField {
 			m.Payload = []byte(fields[i+1])
 		} else {
 			m.Headers[fields[i]] = fields[i+1]

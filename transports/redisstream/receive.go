@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/transports/redisconn"
 )
@@ -538,7 +539,7 @@ func (s *Source) deliveries(msgs []redis.XMessage) []*engine.Delivery {
 	for i, m := range msgs {
 		d := &block[i]
 		d.Key, d.ID, d.Token = s.o.Stream, m.ID, m.ID
-		messageFrom(&d.Message, m.Values)
+		codec.DecodeStream(&d.Message, m.Values)
 		if s.o.Kind == KindStream {
 			d.Attempt = d.RetryCount() + 1 // the engine would do the same (SPEC §5)
 		}

@@ -10,68 +10,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/engine"
-	"github.com/flowrun/flowrun/internal/sourcetest"
 )
-
-// manual is a source whose Receive the test cancels itself, to time it and to settle after it.
-type manual struct {
-	src    *Source
-	out    chan *engine.Delivery
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error // Receive's, once done is closed
-}
-
-func (e *env) startManual(c *redis.Client, opts Options) *manual {
-	e.t.Helper()
-	src, err := New(c, opts, zerolog.New(zerolog.NewTestWriter(e.t)).Level(zerolog.WarnLevel))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	batches, out := sourcetest.Flatten(context.WithoutCancel(ctx), src.o.Batch)
-	m := &manual{src: src, out: out, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		m.err = src.Receive(ctx, batches)
-		close(m.done)
-	}()
-	e.t.Cleanup(func() {
-		cancel()
-		select {
-		case <-m.done:
-		case <-time.After(15 * time.Second):
-		}
-		src.Close()
-	})
-	return m
-}
-
-// returned waits for Receive to return after a cancel and fails the test on an error.
-func (m *manual) returned(t *testing.T, timeout time.Duration) {
-	t.Helper()
-	select {
-	case <-m.done:
-		if m.err != nil {
-			t.Fatalf("Receive = %v", m.err)
-		}
-	case <-time.After(timeout):
-		t.Fatalf("Receive did not return within %s", timeout)
-	}
-}
-
-func (m *manual) recv(t *testing.T, timeout time.Duration) *engine.Delivery {
-	t.Helper()
-	select {
-	case d := <-m.out:
-		return d
-	case <-time.After(timeout):
-		t.Fatalf("no delivery within %s", timeout)
-		return nil
-	}
-}
 
 // After a stop the source hands nothing more to the engine: what it read and had not handed
 // over is untracked and stays pending, and exactly what was handed over stays tracked (the
@@ -84,26 +25,19 @@ func TestNothingHandedOutAfterStop(t *testing.T) {
 		e.xaddN(stream, 40)
 		o := streamOpts(stream)
 		o.Batch = 10
-		c, _ := e.client()
-		m := e.startManual(c, o)
+		m := e.start(o)
 		for range 6 {
-			m.recv(t, 5*time.Second)
+			m.Next(t)
 		}
 		e.waitFor("the read-ahead", 5*time.Second, func() bool { return m.src.track.len() > 10 })
-		m.cancel()
-		m.returned(t, 10*time.Second)
-		read := e.pending(stream, "g")
-		// What was handed over before the stop and not taken yet is still in the feed.
-		late := 0
-	drain:
-		for {
-			select {
-			case <-m.out:
-				late++
-			case <-time.After(100 * time.Millisecond):
-				break drain
-			}
+		// What was handed over before the stop and not taken yet is still in the feed: it is
+		// not given back here, so that what the source tracks shows.
+		untaken, err := m.Halt(t)
+		if err != nil {
+			t.Fatalf("Receive = %v", err)
 		}
+		read := e.pending(stream, "g")
+		late := len(untaken)
 		if late > o.Batch+1 {
 			t.Fatalf("run %d: %d handed over beyond the 6 taken, want at most a batch (+1 held)", i, late)
 		}
@@ -137,13 +71,12 @@ func TestReadyBeforeHandOver(t *testing.T) {
 			} else {
 				e.xadd(stream, "payload", "p")
 			}
-			c, _ := e.client()
-			m := e.startManual(c, o)
-			m.recv(t, 5*time.Second)
+			m := e.start(o)
+			m.Next(t)
 			if !m.src.Ready() {
 				t.Fatalf("%s run %d: a delivery was handed out while Ready is false", kind, i)
 			}
-			m.cancel()
+			m.Stop(t)
 		}
 	}
 }
@@ -238,10 +171,10 @@ func TestClaimedBeforeErrorHandedOver(t *testing.T) {
 			c := e.srv.NewClient()
 			c.AddHook(h)
 			t.Cleanup(func() { c.Close() })
-			m := e.startManual(c, claimOpts(tt.kind, "a"))
+			m := e.startWith(c, nil, claimOpts(tt.kind, "a"))
 			got := map[string]*engine.Delivery{}
 			for range 2 {
-				d := m.recv(t, 5*time.Second)
+				d := m.Next(t)
 				got[d.ID] = d
 			}
 			for _, id := range ids {
@@ -260,7 +193,7 @@ func TestClaimedBeforeErrorHandedOver(t *testing.T) {
 			}
 			// Nothing comes back a second time while they are in flight here.
 			select {
-			case d := <-m.out:
+			case d := <-m.Out():
 				t.Fatalf("%s handed out twice (delivery count %d)", d.ID, d.DeliveryCount)
 			case <-time.After(2 * testMinIdle):
 			}
@@ -284,20 +217,20 @@ func TestClaimedBeforeErrorHandedOver(t *testing.T) {
 func TestStopCutsBlockedRead(t *testing.T) {
 	for _, kind := range []string{KindStream, KindClaiming, KindReclaim} {
 		t.Run(kind, func(t *testing.T) {
-			e := newEnv(t)
+			e := newOwnEnv(t) // blockedReads counts the server's clients
 			o := claimOpts(kind, "a")
 			if kind == KindStream {
 				o.MinIdle = 0
 			}
 			o.Block = 5 * time.Second
-			c, _ := e.client()
-			m := e.startManual(c, o)
+			m := e.start(o)
 			e.xadd("s", "payload", "p")
-			d := m.recv(t, 10*time.Second)
+			d := m.Next(t)
 			e.waitFor("a read blocked in XREADGROUP", 10*time.Second, func() bool { return blockedReads(e) == 1 })
 			start := time.Now()
-			m.cancel()
-			m.returned(t, 10*time.Second)
+			if err := m.Stop(t); err != nil {
+				t.Fatalf("Receive = %v", err)
+			}
 			took := time.Since(start)
 			t.Logf("Receive returned %v after the stop (block %v)", took, o.Block)
 			if took > 2*time.Second {

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/transports/redisconn"
 )
@@ -105,7 +107,7 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 			op.member = encodeDelayed(s.o.Stream, id, st.Copy)
 			op.score = float64(st.Due.UnixMilli())
 		} else {
-			op.fields = Fields(st.Copy)
+			op.fields = codec.StreamFields(st.Copy)
 		}
 		switch {
 		case s.sameSlot(op.key):
@@ -152,7 +154,7 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 			script = settleScript.Eval(ctx, s.c, keys, args...) // Redis restarted: load it again
 		}
 		if ack != nil {
-			if aerr := firstErr(ack.Err(), err); aerr != nil {
+			if aerr := redisconn.FirstErr(ack.Err(), err); aerr != nil {
 				for _, i := range ackIdx {
 					fail(i, "xack", s.o.Stream, aerr)
 				}
@@ -222,7 +224,7 @@ func (s *Source) scriptArgs(ops []copyOp) ([]string, []any) {
 // earlier call did it) or "COMMAND\tERROR" for the command that failed.
 func (s *Source) scriptResults(ops []copyOp, script *redis.Cmd, pipeErr error, done []int, fail func(int, string, string, error)) []int {
 	res, err := script.Slice()
-	if err = firstErr(err, pipeErr); err == nil && len(res) != len(ops) {
+	if err = redisconn.FirstErr(err, pipeErr); err == nil && len(res) != len(ops) {
 		err = fmt.Errorf("settle script: %d results for %d copies", len(res), len(ops))
 	}
 	if err != nil {
@@ -240,7 +242,7 @@ func (s *Source) scriptResults(ops []copyOp, script *redis.Cmd, pipeErr error, d
 			done = append(done, op.idx)
 			continue
 		}
-		cmd, msg, ok := cutTab(r)
+		cmd, msg, ok := strings.Cut(r, "\t") // "command<TAB>Redis's error"
 		if !ok {
 			cmd, msg = op.command(), r
 		}
@@ -251,15 +253,6 @@ func (s *Source) scriptResults(ops []copyOp, script *redis.Cmd, pipeErr error, d
 		fail(op.idx, cmd, key, redisconn.ServerError(msg))
 	}
 	return done
-}
-
-func cutTab(s string) (string, string, bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\t' {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return "", s, false
 }
 
 func addCopy(ctx context.Context, p redis.Pipeliner, op copyOp) {
@@ -279,21 +272,13 @@ func cmdErr(cmds []redis.Cmder, i int, pipeErr error) error {
 		}
 		return errors.New("no reply")
 	}
-	return firstErr(cmds[i].Err(), pipeErr)
+	return redisconn.FirstErr(cmds[i].Err(), pipeErr)
 }
 
 // execCmds runs a pipeline; err is the pipeline's failure only when no command carries its own.
 func execCmds(ctx context.Context, pipe redis.Pipeliner) ([]redis.Cmder, error) {
 	cmds := pipe.Cmds()
 	return cmds, redisconn.ExecPipe(ctx, pipe)
-}
-
-// firstErr returns the command's own error, or else the pipeline's.
-func firstErr(cmdErr, pipeErr error) error {
-	if cmdErr != nil {
-		return cmdErr
-	}
-	return pipeErr
 }
 
 func (s *Source) sameSlot(key string) bool {
@@ -309,7 +294,7 @@ func (s *Source) Requeue(ctx context.Context, msgs []*engine.Message) error {
 	}
 	pipe := s.c.Pipeline()
 	for _, m := range msgs {
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: s.o.Stream, ID: "*", Values: Fields(m)})
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: s.o.Stream, ID: "*", Values: codec.StreamFields(m)})
 	}
 	cmds, err := execCmds(ctx, pipe)
 	var se engine.SettleError

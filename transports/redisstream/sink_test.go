@@ -1,6 +1,7 @@
 package redisstream
 
 import (
+	"maps"
 	"strings"
 	"testing"
 
@@ -20,8 +21,8 @@ func TestSink(t *testing.T) {
 	}
 	done := e.xrange("done")
 	if len(done) != 2 ||
-		!equalMaps(fieldsOf(done[0]), map[string]string{"source": "flowrun", "payload": `{"paid":true}`}) ||
-		!equalMaps(fieldsOf(done[1]), map[string]string{"k": "v"}) {
+		!maps.Equal(fieldsOf(done[0]), map[string]string{"source": "flowrun", "payload": `{"paid":true}`}) ||
+		!maps.Equal(fieldsOf(done[1]), map[string]string{"k": "v"}) {
 		t.Fatalf("done = %v", done)
 	}
 	if o := e.xrange("other"); len(o) != 1 || fieldsOf(o[0])["payload"] != "x" {

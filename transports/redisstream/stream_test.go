@@ -1,13 +1,11 @@
 package redisstream
 
 import (
-	"errors"
-	"strings"
+	"maps"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/engine"
 )
@@ -22,7 +20,7 @@ func TestMessageMapping(t *testing.T) {
 	id2 := e.xadd("orders", "id", "7", "amount", "12")
 	id3 := e.xadd("orders", "payload", "x", "x-retry-count", "2")
 	r := e.start(streamOpts("orders"))
-	ds := r.recv(t, 3, 5*time.Second)
+	ds := r.Take(t, 3)
 	tests := []struct {
 		id      string
 		payload string
@@ -36,13 +34,10 @@ func TestMessageMapping(t *testing.T) {
 	for i, tt := range tests {
 		d := ds[i]
 		if d.Key != "orders" || d.ID != tt.id || d.Token != tt.id || string(d.Payload) != tt.payload ||
-			!equalMaps(d.Headers, tt.headers) || d.Attempt != tt.attempt {
+			!maps.Equal(d.Headers, tt.headers) || d.Attempt != tt.attempt {
 			t.Errorf("delivery %d = key %q id %q token %v payload %q headers %v attempt %d",
 				i, d.Key, d.ID, d.Token, d.Payload, d.Headers, d.Attempt)
 		}
-	}
-	if got := r.src.Capabilities(); got != (engine.Capabilities{Ack: true, Batch: r.src.o.Batch}) {
-		t.Fatalf("capabilities = %+v", got)
 	}
 }
 
@@ -67,7 +62,7 @@ func TestGroupCreatedAtStart(t *testing.T) {
 				return err == nil && len(g) == 1
 			})
 			newID := e.xadd("s", "payload", "new")
-			ds := r.recv(t, tt.want+1, 5*time.Second)
+			ds := r.Take(t, tt.want+1)
 			if ds[len(ds)-1].ID != newID {
 				t.Fatalf("last delivery %s, want the new entry %s", ds[len(ds)-1].ID, newID)
 			}
@@ -83,13 +78,15 @@ func TestGroupCreatedWithMkStream(t *testing.T) {
 		return err == nil && len(g) == 1 && g[0].Name == "g"
 	})
 	id := e.xadd("fresh", "payload", "p")
-	if d := r.recv(t, 1, 5*time.Second)[0]; d.ID != id {
+	if d := r.Next(t); d.ID != id {
 		t.Fatalf("got %s want %s", d.ID, id)
 	}
 	e.waitFor("ready", 5*time.Second, r.src.Ready)
 }
 
-// Each settlement action's Redis state for the stream kind (SPEC §4).
+// Each settlement action's commands on the stream kind (SPEC §4): a copy and the acknowledgement
+// of its original go in one script, a plain ack is one XACK; a durable delay's member names the
+// entry it replaces. What each leaves in Redis is the conformance suite's (TestConformance).
 func TestSettleActionsStream(t *testing.T) {
 	type check func(t *testing.T, e *env, d *engine.Delivery, st engine.Settlement)
 	due := time.Now().Add(time.Hour).Truncate(time.Millisecond)
@@ -115,13 +112,6 @@ func TestSettleActionsStream(t *testing.T) {
 			},
 			xlen:  2,
 			multi: true,
-			check: func(t *testing.T, e *env, d *engine.Delivery, _ engine.Settlement) {
-				all := e.xrange("s")
-				want := map[string]string{"payload": "p1", "h": "v", "x-retry-count": "1"}
-				if got := fieldsOf(all[1]); !equalMaps(got, want) {
-					t.Fatalf("copy fields = %v, want %v", got, want)
-				}
-			},
 		},
 		{
 			name: "dead letter",
@@ -135,17 +125,6 @@ func TestSettleActionsStream(t *testing.T) {
 			},
 			xlen:  1,
 			multi: true,
-			check: func(t *testing.T, e *env, d *engine.Delivery, _ engine.Settlement) {
-				dlq := e.xrange("s.dlq")
-				if len(dlq) != 1 {
-					t.Fatalf("dead letters = %d, want 1", len(dlq))
-				}
-				want := map[string]string{"payload": "p1", "h": "v", "x-dead-letter-reason": "too many",
-					"x-original-key": "s", "x-original-id": d.ID, "x-attempts": "3"}
-				if got := fieldsOf(dlq[0]); !equalMaps(got, want) {
-					t.Fatalf("dead letter fields = %v, want %v", got, want)
-				}
-			},
 		},
 		{
 			name: "delay",
@@ -169,7 +148,7 @@ func TestSettleActionsStream(t *testing.T) {
 				}
 				want := map[string]string{"h": "v", "x-retry-count": "1"}
 				if dl.Key != "s" || dl.OriginalID != d.ID || string(dl.Message.Payload) != "p1" ||
-					!equalMaps(dl.Message.Headers, want) {
+					!maps.Equal(dl.Message.Headers, want) {
 					t.Fatalf("member = %+v %+v", dl, dl.Message)
 				}
 			},
@@ -184,7 +163,7 @@ func TestSettleActionsStream(t *testing.T) {
 				tt.opts(&o)
 			}
 			r := e.start(o)
-			d := r.recv(t, 1, 5*time.Second)[0]
+			d := r.Next(t)
 			if n := e.pending("s", "g"); n != 1 {
 				t.Fatalf("pending before settle = %d, want 1", n)
 			}
@@ -218,7 +197,7 @@ func TestSettleOneXAckPerBatch(t *testing.T) {
 	o := streamOpts("s")
 	o.Batch = 50
 	r := e.start(o)
-	ds := r.recv(t, 50, 5*time.Second)
+	ds := r.Take(t, 50)
 	r.rec.reset()
 	sts := ack(ds[:40]...)
 	for _, d := range ds[40:45] {
@@ -245,88 +224,10 @@ func TestSettleOneXAckPerBatch(t *testing.T) {
 		t.Fatalf("dlq len = %d, want 5", n)
 	}
 	// The requeued copies come back with x-retry-count 1.
-	copies := r.recv(t, 5, 5*time.Second)
+	copies := r.Take(t, 5)
 	for _, c := range copies {
 		if c.Headers["x-retry-count"] != "1" || c.Attempt != 2 {
 			t.Fatalf("copy %s headers %v attempt %d", c.ID, c.Headers, c.Attempt)
-		}
-	}
-}
-
-func TestSettleWrongTypeDeadLetterLeavesPending(t *testing.T) {
-	e := newEnv(t)
-	e.rdb.Set(e.ctx, "dlq", "a string", 0)
-	e.xadd("s", "payload", "p")
-	e.xadd("s", "payload", "q")
-	r := e.start(streamOpts("s"))
-	ds := r.recv(t, 2, 5*time.Second)
-	err := r.src.Settle(e.ctx, []engine.Settlement{
-		{Delivery: ds[0], Action: engine.ActAck},
-		{Delivery: ds[1], Action: engine.ActDeadLetter, Copy: ds[1].Message.Clone(), DeadLetterKey: "dlq"},
-	})
-	var se *engine.SettleError
-	if !errors.As(err, &se) || len(se.Faults) != 1 || se.Faults[0].Index != 1 || !strings.Contains(err.Error(), "WRONGTYPE") {
-		t.Fatalf("err = %v, want a SettleError failing index 1 for the wrong type", err)
-	}
-	if f := se.Faults[0]; !f.Permanent || f.Reason != "wrongtype" || f.Command != "xadd" || f.Key != "dlq" {
-		t.Fatalf("fault %+v: want a permanent wrongtype of xadd dlq", f)
-	}
-	if _, ok := e.pendingOf("s", "g", ds[0].ID); ok {
-		t.Fatal("the acked entry is still pending")
-	}
-	if _, ok := e.pendingOf("s", "g", ds[1].ID); !ok {
-		t.Fatal("the entry whose dead letter failed was acknowledged")
-	}
-	// Fixed key: the re-sent settlement goes through.
-	e.rdb.Del(e.ctx, "dlq")
-	r.settle(t, engine.Settlement{Delivery: ds[1], Action: engine.ActDeadLetter, Copy: ds[1].Message.Clone(), DeadLetterKey: "dlq"})
-	if n := e.pending("s", "g"); n != 0 || e.rdb.XLen(e.ctx, "dlq").Val() != 1 {
-		t.Fatalf("pending %d dlq %d after re-send", n, e.rdb.XLen(e.ctx, "dlq").Val())
-	}
-}
-
-func TestDelayWithoutDurableIsUnsupported(t *testing.T) {
-	e := newEnv(t)
-	e.xadd("s", "payload", "p")
-	r := e.start(streamOpts("s"))
-	d := r.recv(t, 1, 5*time.Second)[0]
-	err := r.src.Settle(e.ctx, []engine.Settlement{{Delivery: d, Action: engine.ActDelay, Copy: d.RetryCopy(), Due: time.Now()}})
-	if !errors.Is(err, engine.ErrUnsupported) {
-		t.Fatalf("err = %v, want ErrUnsupported", err)
-	}
-	if e.pending("s", "g") != 1 {
-		t.Fatal("entry acknowledged although its delay was not stored")
-	}
-}
-
-func TestRequeue(t *testing.T) {
-	e := newEnv(t)
-	c, _ := e.client()
-	src, err := New(c, streamOpts("s"), zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	msgs := []*engine.Message{
-		{Key: "s", Headers: map[string]string{"x-retry-count": "1"}, Payload: []byte("a")},
-		{Key: "s", Headers: map[string]string{"k": "v"}},
-		{Key: "s", Headers: map[string]string{}},
-	}
-	if err := src.Requeue(e.ctx, msgs); err != nil {
-		t.Fatal(err)
-	}
-	got := e.xrange("s")
-	want := []map[string]string{
-		{"x-retry-count": "1", "payload": "a"},
-		{"k": "v"},
-		{"payload": ""},
-	}
-	if len(got) != len(want) {
-		t.Fatalf("xlen %d", len(got))
-	}
-	for i := range want {
-		if f := fieldsOf(got[i]); !equalMaps(f, want[i]) {
-			t.Errorf("entry %d fields %v, want %v", i, f, want[i])
 		}
 	}
 }
@@ -346,7 +247,7 @@ func TestPendingRereadAtStart(t *testing.T) {
 	o := streamOpts("s")
 	o.Batch = 2 // several pages
 	r := e.start(o)
-	ds := r.recv(t, 4, 5*time.Second)
+	ds := r.Take(t, 4)
 	got := []string{ds[0].ID, ds[1].ID, ds[2].ID, ds[3].ID}
 	want := []string{ids[0], ids[2], ids[3], newID}
 	for i := range want {
@@ -360,13 +261,13 @@ func TestPendingRereadAtStart(t *testing.T) {
 	if p, ok := e.pendingOf("s", "g", ids[4]); !ok || p.Consumer != "other" {
 		t.Fatal("another consumer's pending entry was touched")
 	}
-	r.quiet(t, 300*time.Millisecond)
+	r.None(t, 300*time.Millisecond)
 }
 
 // After a lost connection the source re-reads its own pending entries, skipping those still in
 // flight, and goes on with new ones.
 func TestPendingRereadAfterReconnectSkipsInFlight(t *testing.T) {
-	e := newEnv(t)
+	e := newOwnEnv(t)
 	ids := e.xaddN("s", 3)
 	e.rdb.XGroupCreate(e.ctx, "s", "g", "0")
 	// ids[2] is read by another consumer first, so the source never sees it come in.
@@ -376,7 +277,7 @@ func TestPendingRereadAfterReconnectSkipsInFlight(t *testing.T) {
 	a := e.xadd("s", "payload", "a")
 	b := e.xadd("s", "payload", "b")
 	r := e.start(streamOpts("s"))
-	ds := r.recv(t, 2, 5*time.Second)
+	ds := r.Take(t, 2)
 	if ds[0].ID != a || ds[1].ID != b {
 		t.Fatalf("got %s %s, want %s %s", ds[0].ID, ds[1].ID, a, b)
 	}
@@ -387,52 +288,17 @@ func TestPendingRereadAfterReconnectSkipsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.killClients()
-	got := r.recv(t, 1, 10*time.Second)[0]
+	got := r.Next(t)
 	if got.ID != ids[2] {
 		t.Fatalf("after reconnect got %s, want the stranded %s (in flight: %s)", got.ID, ids[2], b)
 	}
 	after := e.xadd("s", "payload", "after")
-	if d := r.recv(t, 1, 5*time.Second)[0]; d.ID != after {
+	if d := r.Next(t); d.ID != after {
 		t.Fatalf("got %s, want %s", d.ID, after)
 	}
-	r.quiet(t, 300*time.Millisecond)
+	r.None(t, 300*time.Millisecond)
 	r.settle(t, ack(ds[1], got)...)
 	if n := e.pending("s", "g"); n != 1 { // "after" is still unsettled
 		t.Fatalf("pending = %d, want 1", n)
-	}
-}
-
-// A batch sent again (its reply was lost, or the engine resends after a partial failure) writes
-// no copy, dead letter or delayed copy twice: the script finds the entries no longer pending.
-func TestSettleResendWritesNothingTwice(t *testing.T) {
-	e := newEnv(t)
-	e.xaddN("s", 3)
-	o := streamOpts("s")
-	o.DelayedRetry = DelayDurableZSet
-	r := e.start(o)
-	ds := r.recv(t, 3, 5*time.Second)
-	batch := []engine.Settlement{
-		{Delivery: ds[0], Action: engine.ActRequeue, Copy: ds[0].RetryCopy()},
-		{Delivery: ds[1], Action: engine.ActDeadLetter, Copy: ds[1].Message.Clone(), DeadLetterKey: "dlq"},
-		{Delivery: ds[2], Action: engine.ActDelay, Copy: ds[2].RetryCopy(), Due: time.Now().Add(time.Hour)},
-	}
-	for range 3 {
-		if err := r.src.Settle(e.ctx, batch); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := e.rdb.XLen(e.ctx, "s").Val(); n != 4 {
-		t.Fatalf("xlen s = %d, want 3 + one copy", n)
-	}
-	if n := e.rdb.XLen(e.ctx, "dlq").Val(); n != 1 {
-		t.Fatalf("xlen dlq = %d, want 1", n)
-	}
-	if n := e.rdb.ZCard(e.ctx, "s:delayed").Val(); n != 1 {
-		t.Fatalf("zcard = %d, want 1", n)
-	}
-	for _, d := range ds {
-		if _, ok := e.pendingOf("s", "g", d.ID); ok {
-			t.Fatalf("%s still pending", d.ID)
-		}
 	}
 }

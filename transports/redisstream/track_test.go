@@ -59,7 +59,7 @@ func TestTracker(t *testing.T) {
 // exactly once (the pending re-read after each reconnect skips what is in flight or was just
 // settled) and nothing stays pending.
 func TestNoDuplicatesUnderReconnects(t *testing.T) {
-	e := newEnv(t)
+	e := newOwnEnv(t)
 	const n = 3000
 	e.xaddN("s", n)
 	o := streamOpts("s")
@@ -84,7 +84,7 @@ func TestNoDuplicatesUnderReconnects(t *testing.T) {
 	var sts []engine.Settlement
 	for len(seen) < n {
 		select {
-		case d := <-r.out:
+		case d := <-r.Out():
 			seen[d.ID]++
 			if seen[d.ID] > 1 {
 				close(stop)
@@ -109,7 +109,7 @@ func TestNoDuplicatesUnderReconnects(t *testing.T) {
 	for r.src.Settle(e.ctx, sts) != nil {
 	}
 	e.waitFor("no pending entries", 5*time.Second, func() bool { return e.pending("s", "g") == 0 })
-	r.quiet(t, 300*time.Millisecond)
+	r.None(t, 300*time.Millisecond)
 }
 
 // settleDuringReread is a hook that settles a delivery right after the pending re-read's
@@ -132,7 +132,7 @@ func (h *settleDuringReread) ProcessHook(next redis.ProcessHook) redis.ProcessHo
 }
 
 func TestPendingRereadIgnoresEntrySettledMeanwhile(t *testing.T) {
-	e := newEnv(t)
+	e := newOwnEnv(t)
 	id := e.xadd("s", "payload", "p")
 	c := e.srv.NewClient()
 	defer c.Close()
@@ -141,7 +141,7 @@ func TestPendingRereadIgnoresEntrySettledMeanwhile(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := e.run(src, nil)
-	d := r.recv(t, 1, 5*time.Second)[0]
+	d := r.Next(t)
 	if d.ID != id {
 		t.Fatalf("got %s", d.ID)
 	}
@@ -156,7 +156,7 @@ func TestPendingRereadIgnoresEntrySettledMeanwhile(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no pending re-read after the reconnect")
 	}
-	r.quiet(t, 500*time.Millisecond)
+	r.None(t, 500*time.Millisecond)
 	if n := e.pending("s", "g"); n != 0 {
 		t.Fatalf("pending = %d", n)
 	}

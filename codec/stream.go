@@ -1,0 +1,57 @@
+package codec
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/flowrun/flowrun/engine"
+)
+
+// StreamPayloadField is the stream entry field that holds a message's payload (SPEC §3); every
+// other field is a header.
+const StreamPayloadField = "payload"
+
+// StreamFields returns the XADD field/value list for m, the one stream-entry encoder of every
+// transport that writes entries (stream copies and dead letters, durable delays, Pub/Sub dead
+// letters, stream emits): its headers in name order, then the payload field. The payload field
+// is written only when the payload is non-empty, so a copy of an entry from another producer
+// (`XADD orders * id 7 amount 12`, headers and no payload) keeps its shape, or when the entry
+// would otherwise have no field at all, since XADD needs one. A header named "payload" is
+// shadowed by the payload and not written. Read back with DecodeStream, the entry is m again.
+func StreamFields(m *engine.Message) []string {
+	names := make([]string, 0, len(m.Headers))
+	for k := range m.Headers {
+		if k != StreamPayloadField {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	f := make([]string, 0, 2*len(names)+2)
+	for _, k := range names {
+		f = append(f, k, m.Headers[k])
+	}
+	if len(m.Payload) > 0 || len(f) == 0 {
+		f = append(f, StreamPayloadField, string(m.Payload))
+	}
+	return f
+}
+
+// DecodeStream sets m's headers (never nil) and payload from a stream entry's fields, as
+// go-redis returns them: the field "payload" is the payload, every other field a header. An
+// entry without that field is a valid message with an empty payload (SPEC §3).
+func DecodeStream(m *engine.Message, values map[string]any) {
+	h := make(map[string]string, len(values))
+	m.Payload = nil
+	for k, v := range values {
+		s, ok := v.(string)
+		if !ok {
+			s = fmt.Sprint(v)
+		}
+		if k == StreamPayloadField {
+			m.Payload = []byte(s)
+		} else {
+			h[k] = s
+		}
+	}
+	m.Headers = h
+}
