@@ -65,6 +65,14 @@ type Capabilities struct {
 	Batch int
 }
 
+// Number sets d.Attempt (SPEC §5): from x-retry-count, unless the source counts deliveries
+// itself (DeliveryCount) and has set it. The engine calls it once per delivery, before the cap.
+func (c Capabilities) Number(d *Delivery) {
+	if !c.DeliveryCount {
+		d.Attempt = d.RetryCount() + 1
+	}
+}
+
 // Action is what a transport is told to do with a delivery.
 type Action uint8
 

@@ -253,9 +253,7 @@ func (r *runner) handle(ctx context.Context, d *Delivery) Decision {
 	if d.Headers == nil {
 		d.Headers = map[string]string{}
 	}
-	if !r.policy.Caps.DeliveryCount {
-		d.Attempt = d.RetryCount() + 1
-	}
+	r.policy.Caps.Number(d)
 	// Two clock reads per delivery, around the handler (they cost a system call on some
 	// virtual machines); the policy reuses the second.
 	start := time.Now()

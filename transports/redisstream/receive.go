@@ -540,10 +540,7 @@ func (s *Source) deliveries(msgs []redis.XMessage) []*engine.Delivery {
 		d := &block[i]
 		d.Key, d.ID, d.Token = s.o.Stream, m.ID, m.ID
 		codec.DecodeStream(&d.Message, m.Values)
-		if s.o.Kind == KindStream {
-			d.Attempt = d.RetryCount() + 1 // the engine would do the same (SPEC §5)
-		}
-		ds[i] = d
+		ds[i] = d // the stream kind's attempt is the engine's to number (Capabilities.Number)
 	}
 	return ds
 }

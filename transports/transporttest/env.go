@@ -107,9 +107,7 @@ func (e *env) number(d *engine.Delivery) {
 	if d.Headers == nil {
 		e.t.Fatalf("delivery %q has nil headers", d.Payload)
 	}
-	if !e.caps.DeliveryCount {
-		d.Attempt = d.RetryCount() + 1
-	}
+	e.caps.Number(d)
 }
 
 // policy is the engine's settlement policy for this source.

@@ -43,6 +43,7 @@ func Receive(t testing.TB, src engine.Source, limit int) *Receiver {
 		out:   make(chan *engine.Delivery),
 		ended: make(chan struct{}),
 	}
+	caps := src.Capabilities()
 	go func() {
 		defer close(r.out)
 		for {
@@ -50,7 +51,8 @@ func Receive(t testing.TB, src engine.Source, limit int) *Receiver {
 			if !ok {
 				return
 			}
-			r.out <- d // Stop drains what nobody took
+			caps.Number(d) // as a worker does before the handler runs
+			r.out <- d     // Stop drains what nobody took
 		}
 	}()
 	go func() {
