@@ -125,3 +125,15 @@ func (e *Env) Client() (redis.UniversalClient, error) {
 	}
 	return e.Redis(e.RedisBlock)
 }
+
+// RedisSink is EmitKind.Sink for an emit kind written through a redis block: it opens the
+// target's client and builds the sink on it with newSink.
+func RedisSink(newSink func(redis.UniversalClient) engine.Sink) func(engine.Target, *Env) (engine.Sink, error) {
+	return func(t engine.Target, env *Env) (engine.Sink, error) {
+		c, err := env.Redis(t.Redis)
+		if err != nil {
+			return nil, err
+		}
+		return newSink(c), nil
+	}
+}

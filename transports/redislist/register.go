@@ -29,13 +29,7 @@ func init() {
 		Name:  "list",
 		Order: 20,
 		Redis: true,
-		Sink: func(t engine.Target, env *transports.Env) (engine.Sink, error) {
-			c, err := env.Redis(t.Redis)
-			if err != nil {
-				return nil, err
-			}
-			return NewSink(c), nil
-		},
+		Sink:  transports.RedisSink(NewSink),
 	})
 }
 

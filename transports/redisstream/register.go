@@ -43,13 +43,7 @@ func init() {
 		Name:  "stream",
 		Order: 10,
 		Redis: true,
-		Sink: func(t engine.Target, env *transports.Env) (engine.Sink, error) {
-			c, err := env.Redis(t.Redis)
-			if err != nil {
-				return nil, err
-			}
-			return NewSink(c), nil
-		},
+		Sink:  transports.RedisSink(NewSink),
 	})
 }
 
