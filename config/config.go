@@ -110,7 +110,8 @@ type Pipeline struct {
 	CanRetry  bool
 	DeclRange hcl.Range
 
-	emitRefs []emitRef // emits whose redis block is resolved in the merge pass
+	emitRefs    []emitRef   // emits whose redis block is resolved in the merge pass
+	bareRetries []hcl.Range // outcome expressions that name the bare retry (for lint)
 }
 
 // Source is a pipeline's `source "KIND"` block. Its kind, registered with package transports,

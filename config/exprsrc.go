@@ -166,8 +166,15 @@ func (e exprSource) compileDiag(summary string, err error) *hcl.Diagnostic {
 // literals) cannot. Any mention counts, which errs on the side of true. (A run-time
 // evaluation error also counts as retry, SPEC §4; that is not counted here.)
 func mayRetry(src string) bool {
+	bare, after := retryNames(src)
+	return bare || after
+}
+
+// retryNames reports whether src names the bare retry outcome (`retry`, `retry()`) and whether
+// it names retry_after, judged from the identifiers it uses outside string literals.
+func retryNames(src string) (bare, after bool) {
 	if strings.Contains(src, "$env") {
-		return true // $env['retry'] reaches the names through a string
+		return true, true // $env['retry'] reaches the names through a string
 	}
 	for i := 0; i < len(src); {
 		ch := src[i]
@@ -186,13 +193,16 @@ func mayRetry(src string) bool {
 			for j < len(src) && isIdentRune(rune(src[j])) {
 				j++
 			}
-			if w := src[i:j]; w == "retry" || w == "retry_after" {
-				return true
+			switch src[i:j] {
+			case "retry":
+				bare = true
+			case "retry_after":
+				after = true
 			}
 			i = j
 		default:
 			i++
 		}
 	}
-	return false
+	return bare, after
 }

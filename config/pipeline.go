@@ -125,9 +125,9 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 		}
 	}
 	if len(ruleBlocks) > 0 {
-		rs, canRetry, refs, ds := d.decodeRules(ruleBlocks)
+		rs, canRetry, bare, refs, ds := d.decodeRules(ruleBlocks)
 		diags = append(diags, ds...)
-		pl.Rules, pl.CanRetry, pl.emitRefs = rs, canRetry, refs
+		pl.Rules, pl.CanRetry, pl.bareRetries, pl.emitRefs = rs, canRetry, bare, refs
 	}
 	if a, ok := attrs["otherwise"]; ok {
 		if pl.Rules == nil {
@@ -142,6 +142,9 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 				}
 				pl.Rules.Otherwise = o
 				pl.CanRetry = pl.CanRetry || mayRetry(es.text)
+				if bare, _ := retryNames(es.text); bare {
+					pl.bareRetries = append(pl.bareRetries, a.Expr.Range())
+				}
 			}
 		}
 	}
@@ -152,14 +155,18 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 	if pl.Source != nil {
 		diags = append(diags, d.decodeSourceConfig(pl, sources[0], sourceBody, block, attrs)...)
 	}
+	if !diags.HasErrors() {
+		diags = append(diags, lintPipeline(pl)...)
+	}
 	return pl, diags
 }
 
 // decodeRules decodes the rule blocks of a pipeline, in order.
-func (d *fileDecoder) decodeRules(blocks []*hcl.Block) (*rules.RuleSet, bool, []emitRef, hcl.Diagnostics) {
+func (d *fileDecoder) decodeRules(blocks []*hcl.Block) (*rules.RuleSet, bool, []hcl.Range, []emitRef, hcl.Diagnostics) {
 	var diags hcl.Diagnostics
 	rs := &rules.RuleSet{}
 	canRetry := false
+	var bare []hcl.Range
 	var refs []emitRef
 	seen := map[string]hcl.Range{}
 	for _, b := range blocks {
@@ -175,8 +182,11 @@ func (d *fileDecoder) decodeRules(blocks []*hcl.Block) (*rules.RuleSet, bool, []
 			continue
 		}
 		seen[name] = b.DefRange
-		r, retry, ruleRefs, ds := d.decodeRuleBlock(b)
+		r, retry, bareAt, ruleRefs, ds := d.decodeRuleBlock(b)
 		diags = append(diags, ds...)
+		if bareAt != nil {
+			bare = append(bare, *bareAt)
+		}
 		for _, ref := range ruleRefs {
 			ref.rule = len(rs.Rules)
 			refs = append(refs, ref)
@@ -184,15 +194,17 @@ func (d *fileDecoder) decodeRules(blocks []*hcl.Block) (*rules.RuleSet, bool, []
 		rs.Rules = append(rs.Rules, *r)
 		canRetry = canRetry || retry
 	}
-	return rs, canRetry, refs, diags
+	return rs, canRetry, bare, refs, diags
 }
 
-// decodeRuleBlock decodes `rule "NAME" {}`. It also reports whether the outcome may retry, and
-// the emits whose redis block is left to the merge pass.
-func (d *fileDecoder) decodeRuleBlock(block *hcl.Block) (*rules.Rule, bool, []emitRef, hcl.Diagnostics) {
+// decodeRuleBlock decodes `rule "NAME" {}`. It also reports whether the outcome may retry,
+// where it names the bare retry outcome (nil when it does not), and the emits whose redis block
+// is left to the merge pass.
+func (d *fileDecoder) decodeRuleBlock(block *hcl.Block) (*rules.Rule, bool, *hcl.Range, []emitRef, hcl.Diagnostics) {
 	r := &rules.Rule{Name: block.Labels[0]}
 	content, diags := block.Body.Content(ruleSchema)
 	canRetry := false
+	var bareAt *hcl.Range
 
 	if a, ok := content.Attributes["when"]; ok {
 		es, ds := d.exprSource(a.Expr, `"when"`)
@@ -215,6 +227,9 @@ func (d *fileDecoder) decodeRuleBlock(block *hcl.Block) (*rules.Rule, bool, []em
 			}
 			r.Outcome = o
 			canRetry = mayRetry(es.text)
+			if bare, _ := retryNames(es.text); bare {
+				bareAt = a.Expr.Range().Ptr()
+			}
 		}
 	} else {
 		diags = append(diags, missingArg(block, "outcome", "in a rule block"))
@@ -233,7 +248,7 @@ func (d *fileDecoder) decodeRuleBlock(block *hcl.Block) (*rules.Rule, bool, []em
 		}
 		r.Emits = append(r.Emits, *e)
 	}
-	return r, canRetry, refs, diags
+	return r, canRetry, bareAt, refs, diags
 }
 
 // decodeEmitBlock decodes `emit "KIND" {}` of a registered emit kind. For kinds that write to

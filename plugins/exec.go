@@ -308,3 +308,6 @@ func (c *cappedBuffer) Write(p []byte) (int, error) {
 	c.buf = append(c.buf, p...)
 	return len(p), nil
 }
+
+// HandlerTimeout lets validate warn when a process may outlast shutdown_timeout (SPEC §12).
+func (c execConfig) HandlerTimeout() time.Duration { return c.Timeout }

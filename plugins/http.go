@@ -372,3 +372,6 @@ func unwrapPathError(err error) string {
 	}
 	return err.Error() + "."
 }
+
+// HandlerTimeout lets validate warn when a call may outlast shutdown_timeout (SPEC §12).
+func (c httpConfig) HandlerTimeout() time.Duration { return c.Timeout }
