@@ -22,6 +22,7 @@ type promMetrics struct {
 	delayed     *prometheus.GaugeVec
 	srcErrors   *prometheus.CounterVec
 	settleFails *prometheus.CounterVec
+	sources     *sourceGauges
 }
 
 var _ engine.Metrics = (*promMetrics)(nil)
@@ -61,6 +62,7 @@ func newMetrics() *promMetrics {
 		build,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.sources = newSourceGauges(m.reg)
 	return m
 }
 

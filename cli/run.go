@@ -82,6 +82,9 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 		defer srv.Close()
 	}
 
+	if f.httpAddr != "" {
+		go metrics.sources.sample(ctx, sampleEvery, selected, func(b string) *transports.Env { return w.env(logger, b) }, logger)
+	}
 	logger.Info().Int("pipelines", len(pipelines)).Msg("flowrun started")
 	if err := eng.Run(ctx); err != nil {
 		logger.Error().Err(err).Msg("flowrun stopped on a failure")

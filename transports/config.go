@@ -61,7 +61,10 @@ type Stats struct {
 	Lag     *int64
 	Pending *int64
 	// LagUnknown: the group exists, but Redis cannot tell its lag ("?" in the table).
-	LagUnknown        bool
+	LagUnknown bool
+	// LagBound is the lag, or where Redis cannot tell it an upper bound (SPEC §10: what
+	// flowrun_source_lag reports, never 0 for an unknown lag).
+	LagBound          *int64
 	OldestPendingIdle *time.Duration
 	Processing        string // the list Pending counts, for a reliable list
 	DelayKey          string // a durable delay queue

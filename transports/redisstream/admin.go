@@ -23,7 +23,10 @@ type Stats struct {
 	GroupExists bool  // the consumer group exists; Lag, Pending and OldestIdle are zero otherwise
 	// Lag is XINFO GROUPS' lag: entries not yet delivered to the group. -1 when Redis cannot
 	// tell (entries were deleted or trimmed past the group's position).
-	Lag        int64
+	Lag int64
+	// LagBound is, when Lag is -1, an upper bound of it (SPEC §10): the stream's entries-added
+	// (XINFO STREAM) minus the group's entries-read. It equals Lag when Redis can tell.
+	LagBound   int64
 	Pending    int64         // XPENDING's count: delivered, not yet acknowledged
 	OldestIdle time.Duration // idle time of the lowest pending id; 0 when nothing is pending
 }
@@ -44,11 +47,21 @@ func ReadStats(ctx context.Context, c redis.UniversalClient, stream, group strin
 		}
 		return s, fmt.Errorf("redisstream: xinfo groups %s: %w", stream, err)
 	}
+	var entriesRead int64
 	for _, g := range groups {
 		if g.Name == group {
 			// XINFO GROUPS' pending is the pending entries list's length, XPENDING's count.
-			s.GroupExists, s.Lag, s.Pending = true, g.Lag, g.Pending
+			s.GroupExists, s.Lag, s.Pending, entriesRead = true, g.Lag, g.Pending, g.EntriesRead
 		}
+	}
+	s.LagBound = s.Lag
+	if s.GroupExists && s.Lag < 0 {
+		// Redis cannot tell (entries deleted or trimmed past the group): an upper bound.
+		info, err := c.XInfoStream(ctx, stream).Result()
+		if err != nil {
+			return s, fmt.Errorf("redisstream: xinfo stream %s: %w", stream, err)
+		}
+		s.LagBound = max(info.EntriesAdded-entriesRead, 0)
 	}
 	if s.Pending == 0 {
 		return s, nil

@@ -193,6 +193,7 @@ func (c *Config) Inspect(ctx context.Context, env *transports.Env) (transports.S
 		} else {
 			row.LagUnknown = true
 		}
+		row.LagBound = &st.LagBound
 		if st.Pending > 0 {
 			row.OldestPendingIdle = &st.OldestIdle
 		}
