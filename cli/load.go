@@ -33,9 +33,21 @@ func load(paths []string, opts config.Options, stdio Stdio) *config.Config {
 
 func cmdValidate(args []string, stdio Stdio) int {
 	fs := newFlagSet("validate", stdio)
+	asJSON := fs.Bool("json", false, "print the diagnostics (warnings included) as a JSON array of {severity, file, line, col, message} on stdout, [] when clean")
 	paths, err := parseArgs(fs, args)
 	if err != nil {
 		return flagExit(err)
+	}
+	if *asJSON {
+		_, diags := config.Load(paths, config.Options{})
+		if err := config.WriteDiagnosticsJSON(stdio.Out, diags); err != nil {
+			fmt.Fprintf(stdio.Err, "flowrun validate: %v\n", err)
+			return ExitConfig
+		}
+		if diags.HasErrors() {
+			return ExitConfig
+		}
+		return ExitOK
 	}
 	cfg := load(paths, config.Options{}, stdio)
 	if cfg == nil {
