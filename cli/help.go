@@ -120,14 +120,17 @@ func closest(s string, candidates []string) string {
 			best, bestD = c, d
 		}
 	}
-	limit := max(2, len(s)/3)
-	if bestD < 0 || bestD > limit || bestD >= len(s) {
-		if best != "" && len(s) >= 2 && strings.HasPrefix(best, s) {
-			return best
-		}
-		return ""
+	if bestD >= 0 && bestD <= max(2, len(s)/3) && bestD < len(s) {
+		return best
 	}
-	return best
+	if len(s) >= 2 { // an abbreviation: "insp" for "inspect"
+		for _, c := range candidates {
+			if strings.HasPrefix(c, s) {
+				return c
+			}
+		}
+	}
+	return ""
 }
 
 // unknownCommand prints the usage error for a command flowrun does not have.
