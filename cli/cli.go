@@ -66,27 +66,10 @@ func Main() {
 	os.Exit(code)
 }
 
-const usage = `flowrun: a declarative workflow engine.
-
-Usage:
-  flowrun run [flags] [PATH...]        load, validate and run pipelines
-  flowrun validate [PATH...]           check configuration without connecting anywhere
-  flowrun fmt [-check] [PATH...]       rewrite files in canonical HCL layout
-  flowrun test [PATH...]               run the test blocks of the files
-  flowrun inspect [PATH...]            per pipeline: backlog, lag, pending, delayed, dead letters
-  flowrun dlq list|redrive PIPELINE [--limit N] [PATH...]
-                                       show dead letters, or move them back to the source
-  flowrun plugins                      list the compiled-in Go handlers
-  flowrun version                      print version information
-
-PATH is an .hcl file or a folder whose .hcl files are read in name order; default ".".
-Run 'flowrun run -h' for run's flags.
-`
-
 // Run runs one command and returns its exit code.
 func Run(ctx context.Context, args []string, stdio Stdio) int {
 	if len(args) == 0 {
-		fmt.Fprint(stdio.Err, usage)
+		writeUsage(stdio.Err)
 		return ExitConfig
 	}
 	cmd, rest := args[0], args[1:]
@@ -102,16 +85,24 @@ func Run(ctx context.Context, args []string, stdio Stdio) int {
 	case "inspect":
 		return cmdInspect(ctx, rest, stdio)
 	case "dlq":
+		if len(rest) > 0 && isHelpFlag(rest[0]) {
+			writeDLQHelp(stdio)
+			return ExitOK
+		}
 		return cmdDLQ(ctx, rest, stdio)
 	case "plugins":
-		return cmdPlugins(stdio)
-	case "version":
-		return cmdVersion(stdio)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdio.Out, usage)
+		return cmdPlugins(rest, stdio)
+	case "version", "--version", "-version":
+		return cmdVersion(rest, stdio)
+	case "completion":
+		return cmdCompletion(rest, stdio)
+	case "help":
+		return cmdHelp(ctx, rest, stdio)
+	case "-h", "--help", "-help":
+		writeUsage(stdio.Out)
 		return ExitOK
 	}
-	fmt.Fprintf(stdio.Err, "flowrun: unknown command %q\n\n%s", cmd, usage)
+	unknownCommand(stdio.Err, cmd)
 	return ExitConfig
 }
 
@@ -142,7 +133,7 @@ func positionals(fs *flag.FlagSet, args []string) ([]string, error) {
 
 func newFlagSet(name string, stdio Stdio) *flag.FlagSet {
 	fs := flag.NewFlagSet("flowrun "+name, flag.ContinueOnError)
-	fs.SetOutput(stdio.Err)
+	setUsage(fs, name, stdio)
 	return fs
 }
 
@@ -154,7 +145,10 @@ func flagExit(err error) int {
 	return ExitConfig
 }
 
-func cmdPlugins(stdio Stdio) int {
+func cmdPlugins(args []string, stdio Stdio) int {
+	if code, ok := noArgs("plugins", args, stdio); !ok {
+		return code
+	}
 	for _, name := range handlers.Names() {
 		p, _ := handlers.Lookup(name)
 		fmt.Fprintf(stdio.Out, "%-10s %s\n", name, p.Doc)
@@ -162,7 +156,10 @@ func cmdPlugins(stdio Stdio) int {
 	return ExitOK
 }
 
-func cmdVersion(stdio Stdio) int {
+func cmdVersion(args []string, stdio Stdio) int {
+	if code, ok := noArgs("version", args, stdio); !ok {
+		return code
+	}
 	commit := Commit
 	if commit == "" {
 		commit = "unknown"
@@ -176,4 +173,19 @@ func cmdVersion(stdio Stdio) int {
 	}
 	fmt.Fprintf(stdio.Out, "flowrun %s\ngo %s\ncommit %s\n", Version, strings.TrimPrefix(runtime.Version(), "go"), commit)
 	return ExitOK
+}
+
+// noArgs parses the flags of a command that takes neither flags nor arguments; ok is false when
+// the command should stop with code (after -h, or on a usage error).
+func noArgs(name string, args []string, stdio Stdio) (code int, ok bool) {
+	fs := newFlagSet(name, stdio)
+	pos, err := positionals(fs, args)
+	if err != nil {
+		return flagExit(err), false
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(stdio.Err, "flowrun %s: unexpected argument %q\nRun 'flowrun help %s' for usage.\n", name, pos[0], name)
+		return ExitConfig, false
+	}
+	return ExitOK, true
 }

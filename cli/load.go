@@ -33,9 +33,21 @@ func load(paths []string, opts config.Options, stdio Stdio) *config.Config {
 
 func cmdValidate(args []string, stdio Stdio) int {
 	fs := newFlagSet("validate", stdio)
+	asJSON := fs.Bool("json", false, "print the diagnostics (warnings included) as a JSON array of {severity, file, line, col, message} on stdout, [] when clean")
 	paths, err := parseArgs(fs, args)
 	if err != nil {
 		return flagExit(err)
+	}
+	if *asJSON {
+		_, diags := config.Load(paths, config.Options{})
+		if err := config.WriteDiagnosticsJSON(stdio.Out, diags); err != nil {
+			fmt.Fprintf(stdio.Err, "flowrun validate: %v\n", err)
+			return ExitConfig
+		}
+		if diags.HasErrors() {
+			return ExitConfig
+		}
+		return ExitOK
 	}
 	cfg := load(paths, config.Options{}, stdio)
 	if cfg == nil {
@@ -47,10 +59,11 @@ func cmdValidate(args []string, stdio Stdio) int {
 
 // cmdFmt rewrites files in canonical layout, all or nothing: when any file named does not parse,
 // it prints every file's diagnostics, exits 1 and touches no file (SPEC §1); -check reports them
-// the same way.
+// the same way; -diff prints what would change as a unified diff and rewrites nothing.
 func cmdFmt(args []string, stdio Stdio) int {
 	fs := newFlagSet("fmt", stdio)
 	check := fs.Bool("check", false, "list files whose layout differs and exit 1; change nothing")
+	diff := fs.Bool("diff", false, "print a unified diff of what fmt would change instead of rewriting")
 	paths, err := parseArgs(fs, args)
 	if err != nil {
 		return flagExit(err)
@@ -61,8 +74,8 @@ func cmdFmt(args []string, stdio Stdio) int {
 		return ExitConfig
 	}
 	type change struct {
-		name string
-		out  []byte
+		name     string
+		src, out []byte
 	}
 	var (
 		changes []change
@@ -79,7 +92,7 @@ func cmdFmt(args []string, stdio Stdio) int {
 		files[name] = f
 		diags = append(diags, ds...)
 		if out != nil && !bytes.Equal(src, out) {
-			changes = append(changes, change{name, out})
+			changes = append(changes, change{name, src, out})
 		}
 	}
 	if len(diags) > 0 {
@@ -90,6 +103,10 @@ func cmdFmt(args []string, stdio Stdio) int {
 		return ExitConfig
 	}
 	for _, c := range changes {
+		if *diff {
+			unifiedDiff(stdio.Out, c.name+".orig", c.name, c.src, c.out)
+			continue
+		}
 		if !*check {
 			if err := replaceFile(c.name, c.out); err != nil {
 				fmt.Fprintf(stdio.Err, "flowrun fmt: %v\n", err)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -41,6 +42,38 @@ func WriteDiagnostics(w io.Writer, files map[string]*hcl.File, diags hcl.Diagnos
 		}
 	}
 	bw.Flush() // a failing writer (a closed stderr) leaves nothing better to do
+}
+
+// JSONDiagnostic is one diagnostic as `validate --json` prints it. A diagnostic without a
+// position has an empty file and line and col 0.
+type JSONDiagnostic struct {
+	Severity string `json:"severity"` // "error" or "warning"
+	File     string `json:"file"`
+	Line     int    `json:"line"`
+	Col      int    `json:"col"`
+	Message  string `json:"message"` // SUMMARY: DETAIL, as in the text form
+}
+
+// WriteDiagnosticsJSON prints diags as a JSON array of JSONDiagnostic, `[]` when there are none,
+// followed by a newline.
+func WriteDiagnosticsJSON(w io.Writer, diags hcl.Diagnostics) error {
+	out := make([]JSONDiagnostic, 0, len(diags))
+	for _, d := range diags {
+		j := JSONDiagnostic{Severity: "error", Message: d.Summary}
+		if d.Severity == hcl.DiagWarning {
+			j.Severity = "warning"
+		}
+		if d.Detail != "" {
+			j.Message += ": " + d.Detail
+		}
+		if s := d.Subject; s != nil {
+			j.File, j.Line, j.Col = s.Filename, s.Start.Line, s.Start.Column
+		}
+		out = append(out, j)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
 }
 
 // writeSnippet prints the line holding rng's start and a caret line under rng (up to the end of
