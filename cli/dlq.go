@@ -166,10 +166,7 @@ func cmdDLQ(ctx context.Context, args []string, stdio Stdio) int {
 			return code
 		}
 	}
-	if filter != nil && filter.err != nil {
-		fmt.Fprintf(stdio.Err, "flowrun dlq %s: pipeline %q: --where:%v\n", sub, name, filter.err)
-		return ExitConfig
-	}
+	filter.warn(stdio.Err, sub)
 	if err != nil {
 		fmt.Fprintf(stdio.Err, "flowrun dlq %s: pipeline %q: %v\n", sub, name, conns.redact(p.Source.Redis, err))
 		return ExitRuntime
@@ -177,24 +174,37 @@ func cmdDLQ(ctx context.Context, args []string, stdio Stdio) int {
 	return ExitOK
 }
 
-// dlqFilter is a compiled --where; err keeps the first evaluation error, a filter error (exit 1)
-// rather than a Redis one.
+// dlqFilter is a compiled --where. A letter on which it fails to evaluate (payload.amount on a
+// letter whose payload is text) does not match: dead letters are the odd ones out, so one of
+// them must not stop a command; failed counts them and first keeps the first error.
 type dlqFilter struct {
-	f   *rules.Filter
-	err error
+	f      *rules.Filter
+	failed int
+	first  string
 }
 
 func (d *dlqFilter) match(m *engine.Message) (bool, error) {
 	ok, err := d.f.Match(m)
-	if err != nil && d.err == nil {
-		var ee *rules.EvalError
-		if errors.As(err, &ee) {
-			d.err = fmt.Errorf("%d:%d: %s", ee.Line, ee.Column, ee.Message)
-		} else {
-			d.err = fmt.Errorf(" %w", err)
+	if err != nil {
+		d.failed++
+		if d.first == "" {
+			var ee *rules.EvalError
+			if errors.As(err, &ee) {
+				d.first = fmt.Sprintf("%d:%d: %s", ee.Line, ee.Column, ee.Message)
+			} else {
+				d.first = err.Error()
+			}
 		}
+		return false, nil
 	}
-	return ok, err
+	return ok, nil
+}
+
+// warn says on w how many letters the filter failed on.
+func (d *dlqFilter) warn(w io.Writer, sub string) {
+	if d != nil && d.failed > 0 {
+		fmt.Fprintf(w, "flowrun dlq %s: warning: --where failed on %d dead letters, which count as not matching (the first: --where:%s)\n", sub, d.failed, d.first)
+	}
 }
 
 // isTerminal reports whether r is a terminal that a question can be asked on.
