@@ -1,17 +1,24 @@
 package cli
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"unicode/utf8"
 
+	"github.com/mattn/go-isatty"
+
 	"github.com/flowrun/flowrun/config"
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/hclutil"
+	"github.com/flowrun/flowrun/rules"
 	"github.com/flowrun/flowrun/transports"
 )
 
@@ -24,15 +31,20 @@ const (
 	payloadWidth = 80
 )
 
-const dlqUsage = `usage: flowrun dlq list|redrive PIPELINE [--limit N] [PATH...]
-  list     show the pipeline's dead letters, oldest first (--limit default 10; 0: all)
+const dlqUsage = `usage: flowrun dlq list|redrive|purge PIPELINE [--limit N] [--where EXPR] [PATH...]
+  list     show the pipeline's dead letters, oldest first (--limit default 10; 0: all);
+           --json prints one JSON object per letter, --full whole payloads
   redrive  move dead letters back to the pipeline's source with their retry count reset
            (--limit default 0: all)
+  purge    delete dead letters (--limit default 0: all); asks first unless --yes
+  --where EXPR  only the letters for which the expr-lang expression is true: the rules'
+           environment (payload, raw, headers, key, id, attempt, ...) plus reason and failed_at
 `
 
-// cmdDLQ is `flowrun dlq list|redrive PIPELINE [--limit N] [PATH...]` (SPEC §1).
+// cmdDLQ is `flowrun dlq list|redrive|purge PIPELINE [--limit N] [--where EXPR] [PATH...]`
+// (SPEC §1).
 func cmdDLQ(ctx context.Context, args []string, stdio Stdio) int {
-	if len(args) == 0 || (args[0] != "list" && args[0] != "redrive") {
+	if len(args) == 0 || (args[0] != "list" && args[0] != "redrive" && args[0] != "purge") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			fmt.Fprint(stdio.Out, dlqUsage)
 			return ExitOK
@@ -42,13 +54,25 @@ func cmdDLQ(ctx context.Context, args []string, stdio Stdio) int {
 	}
 	sub := args[0]
 	fs := newFlagSet("dlq "+sub, stdio)
-	limit := fs.Int("limit", 0, "at most N dead letters (list: default 10; redrive: default all; 0: all)")
+	limit := fs.Int("limit", 0, "at most N dead letters (list: default 10; redrive, purge: default all; 0: all)")
+	where := fs.String("where", "", "only the dead letters for which this expr-lang expression is true")
+	var asJSON, full, yes *bool
+	switch sub {
+	case "list":
+		asJSON = fs.Bool("json", false, "print one JSON object per dead letter")
+		full = fs.Bool("full", false, "show whole payloads instead of cutting them")
+	case "purge":
+		yes = fs.Bool("yes", false, "delete without asking")
+	}
 	pos, err := positionals(fs, args[1:])
 	if err != nil {
 		return flagExit(err)
 	}
-	limitSet := false
-	fs.Visit(func(f *flag.Flag) { limitSet = limitSet || f.Name == "limit" })
+	limitSet, whereSet := false, false
+	fs.Visit(func(f *flag.Flag) {
+		limitSet = limitSet || f.Name == "limit"
+		whereSet = whereSet || f.Name == "where"
+	})
 	if len(pos) == 0 {
 		fmt.Fprintf(stdio.Err, "flowrun dlq %s: missing PIPELINE\n%s", sub, dlqUsage)
 		return ExitConfig
@@ -56,6 +80,16 @@ func cmdDLQ(ctx context.Context, args []string, stdio Stdio) int {
 	if *limit < 0 {
 		fmt.Fprintf(stdio.Err, "flowrun dlq %s: --limit must be 0 or more\n", sub)
 		return ExitConfig
+	}
+	// The filter is compiled before anything is loaded or connected: a typo costs nothing.
+	var filter *dlqFilter
+	if whereSet {
+		f, err := rules.CompileFilter(*where)
+		if err != nil {
+			fmt.Fprintf(stdio.Err, "flowrun dlq %s: --where:%v\n", sub, err)
+			return ExitConfig
+		}
+		filter = &dlqFilter{f: f}
 	}
 	name, paths := pos[0], pos[1:]
 	if len(paths) == 0 {
@@ -90,6 +124,11 @@ func cmdDLQ(ctx context.Context, args []string, stdio Stdio) int {
 			return ExitConfig
 		}
 	}
+	// Refuse before connecting: a script that forgot --yes learns it without Redis.
+	if sub == "purge" && !*yes && !isTerminal(stdio.In) {
+		fmt.Fprintf(stdio.Err, "flowrun dlq purge: standard input is not a terminal, so there is no one to ask; pass --yes to delete the dead letters of %s without asking\n", name)
+		return ExitConfig
+	}
 
 	conns := newAdminConns(cfg)
 	defer conns.close()
@@ -100,20 +139,78 @@ func cmdDLQ(ctx context.Context, args []string, stdio Stdio) int {
 		}
 	}
 	env := conns.env(ctx, p.Source.Redis)
-	if sub == "list" {
-		n := *limit
-		if !limitSet {
-			n = defaultListLimit
-		}
-		err = dlqList(ctx, store, env, p.DeadLetter, n, stdio.Out)
-	} else {
-		err = dlqRedrive(ctx, store, env, *limit, stdio.Out)
+	q := transports.DeadLetterQuery{Limit: *limit}
+	if filter != nil {
+		q.Match = filter.match
 	}
+	switch sub {
+	case "list":
+		if !limitSet {
+			q.Limit = defaultListLimit
+		}
+		if *asJSON {
+			err = dlqListJSON(ctx, store, env, p.DeadLetter, q, stdio.Out, stdio.Err)
+		} else {
+			width := payloadWidth
+			if *full {
+				width = 0
+			}
+			err = dlqList(ctx, store, env, p.DeadLetter, q, width, stdio.Out)
+		}
+	case "redrive":
+		err = dlqRedrive(ctx, store, env, q, stdio.Out)
+	case "purge":
+		var code int
+		code, err = dlqPurge(ctx, store, env, name, p.DeadLetter, q, !*yes, stdio)
+		if err == nil && code != ExitOK {
+			return code
+		}
+	}
+	filter.warn(stdio.Err, sub)
 	if err != nil {
 		fmt.Fprintf(stdio.Err, "flowrun dlq %s: pipeline %q: %v\n", sub, name, conns.redact(p.Source.Redis, err))
 		return ExitRuntime
 	}
 	return ExitOK
+}
+
+// dlqFilter is a compiled --where. A letter on which it fails to evaluate (payload.amount on a
+// letter whose payload is text) does not match: dead letters are the odd ones out, so one of
+// them must not stop a command; failed counts them and first keeps the first error.
+type dlqFilter struct {
+	f      *rules.Filter
+	failed int
+	first  string
+}
+
+func (d *dlqFilter) match(m *engine.Message) (bool, error) {
+	ok, err := d.f.Match(m)
+	if err != nil {
+		d.failed++
+		if d.first == "" {
+			var ee *rules.EvalError
+			if errors.As(err, &ee) {
+				d.first = fmt.Sprintf("%d:%d: %s", ee.Line, ee.Column, ee.Message)
+			} else {
+				d.first = err.Error()
+			}
+		}
+		return false, nil
+	}
+	return ok, nil
+}
+
+// warn says on w how many letters the filter failed on.
+func (d *dlqFilter) warn(w io.Writer, sub string) {
+	if d != nil && d.failed > 0 {
+		fmt.Fprintf(w, "flowrun dlq %s: warning: --where failed on %d dead letters, which count as not matching (the first: --where:%s)\n", sub, d.failed, d.first)
+	}
+}
+
+// isTerminal reports whether r is a terminal that a question can be asked on.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
 }
 
 // dlqKinds lists the source kinds whose dead letters dlq reaches, in their order.
@@ -127,14 +224,19 @@ func dlqKinds() []string {
 	return names
 }
 
-// dlqList prints the dead letters of the key dlq, oldest first.
-func dlqList(ctx context.Context, store transports.DeadLetterStore, env *transports.Env, dlq string, limit int, out io.Writer) error {
-	rows, total, err := store.ListDeadLetters(ctx, env, limit)
+// dlqList prints the dead letters of the key dlq that q selects, oldest first, as a table whose
+// payloads are cut at width characters (0: whole).
+func dlqList(ctx context.Context, store transports.DeadLetterStore, env *transports.Env, dlq string, q transports.DeadLetterQuery, width int, out io.Writer) error {
+	rows, total, err := store.ListDeadLetters(ctx, env, q)
 	if err != nil {
 		return err
 	}
+	matching := ""
+	if q.Match != nil {
+		matching = " matching --where"
+	}
 	if len(rows) == 0 {
-		fmt.Fprintf(out, "no dead letters in %s\n", dlq)
+		fmt.Fprintf(out, "no dead letters%s in %s\n", matching, dlq)
 		return nil
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -144,11 +246,62 @@ func dlqList(ctx context.Context, store transports.DeadLetterStore, env *transpo
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			cell(r.ID), cell(h[engine.HeaderFailedAt]), cell(h[engine.HeaderAttempts]),
 			cell(h[engine.HeaderOriginalKey]), cell(h[engine.HeaderOriginalID]),
-			clip(h[engine.HeaderDeadLetterReason], reasonWidth), clip(string(r.Message.Payload), payloadWidth))
+			clip(h[engine.HeaderDeadLetterReason], reasonWidth), clip(string(r.Message.Payload), width))
 	}
 	tw.Flush()
 	if int64(len(rows)) < total {
-		fmt.Fprintf(out, "%d of %d dead letters in %s shown (oldest first); --limit 0 shows all\n", len(rows), total, dlq)
+		fmt.Fprintf(out, "%d of %d dead letters%s in %s shown (oldest first); --limit 0 shows all\n", len(rows), total, matching, dlq)
+	}
+	return nil
+}
+
+// dlqLetter is one dead letter as `dlq list --json` prints it.
+type dlqLetter struct {
+	ID       *string           `json:"id"`  // the letter's own id; null for a list's
+	Key      string            `json:"key"` // x-original-key, or the dead-letter key without it
+	Headers  map[string]string `json:"headers"`
+	Payload  any               `json:"payload"` // the JSON value when the payload is JSON, else a string
+	Reason   *string           `json:"reason"`
+	FailedAt *string           `json:"failed_at"`
+}
+
+// dlqListJSON prints one JSON object per dead letter that q selects, oldest first; a note on
+// letters not shown goes to errOut so that out stays JSON lines.
+func dlqListJSON(ctx context.Context, store transports.DeadLetterStore, env *transports.Env, dlq string, q transports.DeadLetterQuery, out, errOut io.Writer) error {
+	rows, total, err := store.ListDeadLetters(ctx, env, q)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(out)
+	enc.SetEscapeHTML(false)
+	for _, r := range rows {
+		m := r.Message
+		h := m.Headers
+		if h == nil {
+			h = map[string]string{}
+		}
+		l := dlqLetter{Key: m.Key, Headers: h, Payload: string(m.Payload)}
+		if r.ID != "" {
+			l.ID = &r.ID
+		}
+		if k := h[engine.HeaderOriginalKey]; k != "" {
+			l.Key = k
+		}
+		if v, ok := h[engine.HeaderDeadLetterReason]; ok {
+			l.Reason = &v
+		}
+		if v, ok := h[engine.HeaderFailedAt]; ok {
+			l.FailedAt = &v
+		}
+		if json.Valid(m.Payload) {
+			l.Payload = json.RawMessage(m.Payload)
+		}
+		if err := enc.Encode(l); err != nil {
+			return err
+		}
+	}
+	if int64(len(rows)) < total {
+		fmt.Fprintf(errOut, "%d of %d dead letters in %s shown (oldest first); --limit 0 shows all\n", len(rows), total, dlq)
 	}
 	return nil
 }
@@ -158,6 +311,9 @@ func dlqList(ctx context.Context, store transports.DeadLetterStore, env *transpo
 func clip(s string, width int) string {
 	if s == "" {
 		return "-"
+	}
+	if width <= 0 {
+		width = len(s) * 4 // whole: no escape is longer than 4 characters
 	}
 	var b strings.Builder
 	n := 0
@@ -191,10 +347,40 @@ func clip(s string, width int) string {
 }
 
 // dlqRedrive moves dead letters back to the source and says how many went where.
-func dlqRedrive(ctx context.Context, store transports.DeadLetterStore, env *transports.Env, limit int, out io.Writer) error {
-	moved, target, err := store.RedriveDeadLetters(ctx, env, limit)
+func dlqRedrive(ctx context.Context, store transports.DeadLetterStore, env *transports.Env, q transports.DeadLetterQuery, out io.Writer) error {
+	moved, target, err := store.RedriveDeadLetters(ctx, env, q)
 	if moved > 0 || err == nil {
 		fmt.Fprintf(out, "redrove %d dead letters to %s\n", moved, target)
 	}
 	return err
+}
+
+// dlqPurge deletes the dead letters q selects, after asking on the terminal when ask is set
+// (the caller has made sure stdio.In is one). It returns ExitConfig when the answer is no.
+func dlqPurge(ctx context.Context, store transports.DeadLetterStore, env *transports.Env, name, dlq string, q transports.DeadLetterQuery, ask bool, stdio Stdio) (int, error) {
+	if ask {
+		_, total, err := store.ListDeadLetters(ctx, env, transports.DeadLetterQuery{Limit: 1, Match: q.Match})
+		if err != nil {
+			return ExitRuntime, err
+		}
+		n := total
+		if q.Limit > 0 {
+			n = min(n, int64(q.Limit))
+		}
+		if n == 0 {
+			fmt.Fprintf(stdio.Out, "deleted 0 dead letters from %s\n", dlq)
+			return ExitOK, nil
+		}
+		fmt.Fprintf(stdio.Err, "delete %d dead letters of %s? [y/N] ", n, name)
+		answer, _ := bufio.NewReader(stdio.In).ReadString('\n')
+		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+			fmt.Fprintln(stdio.Err, "nothing deleted")
+			return ExitConfig, nil
+		}
+	}
+	deleted, err := store.PurgeDeadLetters(ctx, env, q)
+	if deleted > 0 || err == nil {
+		fmt.Fprintf(stdio.Out, "deleted %d dead letters from %s\n", deleted, dlq)
+	}
+	return ExitOK, err
 }

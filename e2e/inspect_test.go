@@ -795,7 +795,7 @@ pipeline "stdin" {
 		{"file source", []string{"dlq", "list", "replay", valid}, `pipeline "replay" has a file source`},
 		{"pipe source", []string{"dlq", "redrive", "stdin", valid}, `pipeline "stdin" has a pipe source`},
 		{"missing pipeline", []string{"dlq", "list"}, "missing PIPELINE"},
-		{"unknown subcommand", []string{"dlq", "purge", "pay", valid}, "usage: flowrun dlq list|redrive"},
+		{"unknown subcommand", []string{"dlq", "drop", "pay", valid}, "usage: flowrun dlq list|redrive|purge"},
 		{"negative limit", []string{"dlq", "list", "pay", valid, "--limit", "-2"}, "--limit must be 0 or more"},
 		{"inspect, config error", []string{"inspect", bad}, "bad.hcl:2:"},
 		{"dlq, config error", []string{"dlq", "list", "pay", broken}, "flow.hcl:"},

@@ -57,6 +57,7 @@ const (
 	kindValue exprKind = iota
 	kindCondition
 	kindOutcome
+	kindFilter
 )
 
 // CompileCondition compiles a `when` expression, which must be boolean.
@@ -108,14 +109,18 @@ func compile(src string, kind exprKind) (program, error) {
 		return program{}, &Error{Line: 1, Column: 1, Message: "empty expression"}
 	}
 	pt := &patcher{}
+	var envType any = env{}
+	if kind == kindFilter {
+		envType = filterEnv{}
+	}
 	opts := []expr.Option{
-		expr.Env(env{}),
+		expr.Env(envType),
 		expr.MaxNodes(MaxNodes),
 		expr.Patch(pt),
 		retryAfterOption,
 		backoffOption,
 	}
-	if kind == kindCondition {
+	if kind == kindCondition || kind == kindFilter {
 		opts = append(opts, expr.AsBool())
 	}
 	prog, err := expr.Compile(src, opts...)

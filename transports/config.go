@@ -74,18 +74,41 @@ type Stats struct {
 	DeadLetters       *int64
 }
 
-// DeadLetterStore is implemented by a Config whose dead letters `flowrun dlq` can list and
-// move back to the source. Its methods are called only for a pipeline with a dead_letter.
+// DeadLetterStore is implemented by a Config whose dead letters `flowrun dlq` can list, move
+// back to the source and delete. Its methods are called only for a pipeline with a dead_letter.
+// Each walks the letters oldest first and stops at the first error of q.Match.
 type DeadLetterStore interface {
 	// CheckRedrive says, before connecting, why a redrive could not work (nil when it can),
 	// worded to follow `pipeline "NAME" `.
 	CheckRedrive() error
-	// ListDeadLetters returns up to limit dead letters (0: all), oldest first, and how many
-	// there are.
-	ListDeadLetters(ctx context.Context, env *Env, limit int) (letters []DeadLetter, total int64, err error)
-	// RedriveDeadLetters moves up to limit dead letters (0: all) back to the source with their
-	// retry count reset, and says where they went; it returns how many it moved, also on error.
-	RedriveDeadLetters(ctx context.Context, env *Env, limit int) (moved int, target string, err error)
+	// ListDeadLetters returns up to q.Limit of the letters q selects, oldest first, and how
+	// many it selects in all.
+	ListDeadLetters(ctx context.Context, env *Env, q DeadLetterQuery) (letters []DeadLetter, total int64, err error)
+	// RedriveDeadLetters moves up to q.Limit of the letters q selects back to the source with
+	// their retry count reset, and says where they went; it returns how many it moved, also on
+	// error. Letters that are not selected stay, in their order. Only the letters there when it
+	// starts are considered, so a letter that fails again at once is not moved round in a loop.
+	RedriveDeadLetters(ctx context.Context, env *Env, q DeadLetterQuery) (moved int, target string, err error)
+	// PurgeDeadLetters deletes up to q.Limit of the letters q selects (each exactly: a stream
+	// entry by id, a list element by value) and returns how many it deleted, also on error.
+	PurgeDeadLetters(ctx context.Context, env *Env, q DeadLetterQuery) (deleted int, err error)
+}
+
+// DeadLetterQuery selects dead letters for a DeadLetterStore.
+type DeadLetterQuery struct {
+	// Limit is how many letters at most (0: all).
+	Limit int
+	// Match selects a letter (nil: every one). It gets the letter as DeadLetter.Message: Key
+	// is the dead-letter key, ID the letter's own id where its store has one.
+	Match func(*engine.Message) (bool, error)
+}
+
+// Selects reports whether q selects m.
+func (q DeadLetterQuery) Selects(m *engine.Message) (bool, error) {
+	if q.Match == nil {
+		return true, nil
+	}
+	return q.Match(m)
 }
 
 // DeadLetter is one dead letter as `flowrun dlq list` shows it.

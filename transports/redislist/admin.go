@@ -80,56 +80,158 @@ redis.call('LREM', KEYS[1], -1, ARGV[1])
 return 1
 `)
 
+// Match selects dead letters for Redrive, Purge and Scan; nil selects every one.
+type Match func(*engine.Message) (bool, error)
+
 // Redrive moves up to limit dead letters (limit <= 0: as many as the list held when it started;
-// letters dead-lettered meanwhile wait for the next redrive), oldest first, from the list dlq to
-// the list target: LPUSH of RedriveCopy, then LREM of the exact element. Atomically (one script
-// per letter, pipelined) when both keys hash to one slot, else in that order, so a crash leaves
-// a duplicate, never a loss. It returns how many it moved, also on error.
-func Redrive(ctx context.Context, c redis.UniversalClient, dlq, target string, limit int) (int, error) {
+// letters dead-lettered meanwhile wait for the next redrive), oldest first, that match selects
+// (nil: every one), from the list dlq to the list target: LPUSH of RedriveCopy, then LREM of
+// the exact element. Letters that do not match stay, in order. Atomically (one script per
+// letter, pipelined) when both keys hash to one slot, else in that order, so a crash leaves a
+// duplicate, never a loss. It returns how many it moved, also on error.
+func Redrive(ctx context.Context, c redis.UniversalClient, dlq, target string, limit int, match Match) (int, error) {
 	if dlq == target {
 		return 0, fmt.Errorf("redislist: redrive: dead-letter list and target are both %q", dlq)
 	}
-	total, err := c.LLen(ctx, dlq).Result()
-	if err != nil {
-		return 0, fmt.Errorf("redislist: redrive: llen %s: %w", dlq, err)
-	}
-	// The length at the start bounds the run: a letter that fails again at once comes back, and
-	// must not be moved round in a loop.
-	remaining := int(total)
-	if limit > 0 {
-		remaining = min(remaining, limit)
-	}
 	atomic := redisconn.SameSlot(c, dlq, target)
-	if atomic && remaining > 0 {
-		if err := redriveScript.Load(ctx, c).Err(); err != nil {
-			return 0, fmt.Errorf("redislist: redrive: load script: %w", err)
+	loaded := false
+	return walk(ctx, c, dlq, limit, match, "redrive", func(ctx context.Context, batch []DeadLetter) (int, error) {
+		if !atomic {
+			return redriveInOrder(ctx, c, dlq, target, batch)
+		}
+		if !loaded {
+			if err := redriveScript.Load(ctx, c).Err(); err != nil {
+				return 0, fmt.Errorf("redislist: redrive: load script: %w", err)
+			}
+			loaded = true
+		}
+		return redriveAtomic(ctx, c, dlq, target, batch)
+	})
+}
+
+// Purge deletes up to limit dead letters (limit <= 0: all there when it starts) that match
+// selects (nil: every one) from the list dlq, oldest first, each with LREM of its exact element
+// (count -1: the occurrence nearest the tail), and returns how many it deleted, also on error.
+func Purge(ctx context.Context, c redis.UniversalClient, dlq string, limit int, match Match) (int, error) {
+	return walk(ctx, c, dlq, limit, match, "purge", func(ctx context.Context, batch []DeadLetter) (int, error) {
+		pipe := c.Pipeline()
+		cmds := make([]*redis.IntCmd, len(batch))
+		for i, dl := range batch {
+			cmds[i] = pipe.LRem(ctx, dlq, -1, dl.Raw)
+		}
+		_, _ = pipe.Exec(ctx)
+		deleted := 0
+		for _, cmd := range cmds {
+			n, err := cmd.Result()
+			if err != nil {
+				return deleted, fmt.Errorf("redislist: purge: lrem %s: %w", dlq, err)
+			}
+			deleted += int(n)
+		}
+		return deleted, nil
+	})
+}
+
+// Scan returns up to limit dead letters (0: all) of the list key that match selects, oldest
+// first, and how many match in all; it reads the whole list page by page from the tail.
+func Scan(ctx context.Context, c redis.UniversalClient, key string, limit int, match Match) ([]DeadLetter, int64, error) {
+	var (
+		out   []DeadLetter
+		total int64
+	)
+	for off := int64(0); ; off += redrivePage {
+		els, err := c.LRange(ctx, key, -(off + redrivePage), -(off + 1)).Result()
+		if err != nil {
+			return out, total, fmt.Errorf("redislist: lrange %s: %w", key, err)
+		}
+		if len(els) == 0 {
+			return out, total, nil
+		}
+		sel, _, err := selected(deadLetters(key, els), match, 0)
+		if err != nil {
+			return out, total, err
+		}
+		total += int64(len(sel))
+		if limit <= 0 || len(out) < limit {
+			n := len(sel)
+			if limit > 0 {
+				n = min(n, limit-len(out))
+			}
+			out = append(out, sel[:n]...)
+		}
+		if len(els) < redrivePage {
+			return out, total, nil
 		}
 	}
-	moved := 0
-	for remaining > 0 {
+}
+
+// selected returns the letters of batch that match selects, at most max (max <= 0: all), and
+// how many letters of batch it looked at.
+func selected(batch []DeadLetter, match Match, max int) ([]DeadLetter, int, error) {
+	out := batch[:0:0]
+	for i, dl := range batch {
+		if max > 0 && len(out) == max {
+			return out, i, nil
+		}
+		if match != nil {
+			ok, err := match(dl.Message)
+			if err != nil {
+				return out, i, fmt.Errorf("dead letter %d from the oldest: %w", i+1, err)
+			}
+			if !ok {
+				continue
+			}
+		}
+		out = append(out, dl)
+	}
+	return out, len(batch), nil
+}
+
+// walk reads the list dlq page by page from the tail (oldest first) and hands the letters of
+// each page that match selects to step, which moves or deletes them and returns how many. The
+// letters that do not match stay at the tail, so the next page starts past them. The list's
+// length at the start bounds the walk: a letter that fails again at once comes back at the
+// head, and must not be moved round in a loop.
+func walk(ctx context.Context, c redis.UniversalClient, dlq string, limit int, match Match, what string, step func(ctx context.Context, batch []DeadLetter) (int, error)) (int, error) {
+	total, err := c.LLen(ctx, dlq).Result()
+	if err != nil {
+		return 0, fmt.Errorf("redislist: %s: llen %s: %w", what, dlq, err)
+	}
+	remaining := int(total)
+	if limit > 0 && match == nil {
+		remaining = min(remaining, limit)
+	}
+	done, kept := 0, int64(0)
+	for remaining > 0 && (limit <= 0 || done < limit) {
 		n := min(redrivePage, remaining)
-		els, err := c.LRange(ctx, dlq, -int64(n), -1).Result()
+		els, err := c.LRange(ctx, dlq, -(kept + int64(n)), -(kept + 1)).Result()
 		if err != nil {
-			return moved, fmt.Errorf("redislist: redrive: lrange %s: %w", dlq, err)
+			return done, fmt.Errorf("redislist: %s: lrange %s: %w", what, dlq, err)
 		}
 		if len(els) == 0 {
 			break
 		}
+		left := 0
+		if limit > 0 {
+			left = limit - done
+		}
 		batch := deadLetters(dlq, els)
-		var k int
-		if atomic {
-			k, err = redriveAtomic(ctx, c, dlq, target, batch)
-		} else {
-			k, err = redriveInOrder(ctx, c, dlq, target, batch)
+		sel, looked, merr := selected(batch, match, left)
+		if len(sel) > 0 {
+			k, err := step(ctx, sel)
+			done += k
+			if err != nil {
+				return done, err
+			}
 		}
-		moved += k
-		if err != nil {
-			return moved, err
+		if merr != nil {
+			return done, merr
 		}
+		kept += int64(looked - len(sel))
 		// Letters that vanished meanwhile count too: each page handles the tail's n oldest.
 		remaining -= len(batch)
 	}
-	return moved, nil
+	return done, nil
 }
 
 func redriveAtomic(ctx context.Context, c redis.UniversalClient, dlq, target string, batch []DeadLetter) (int, error) {

@@ -180,12 +180,20 @@ func (c *Config) Inspect(ctx context.Context, env *transports.Env) (transports.S
 func (c *Config) CheckRedrive() error { return nil }
 
 // ListDeadLetters reads the dead-letter list, oldest (tail) first.
-func (c *Config) ListDeadLetters(ctx context.Context, env *transports.Env, limit int) ([]transports.DeadLetter, int64, error) {
+func (c *Config) ListDeadLetters(ctx context.Context, env *transports.Env, q transports.DeadLetterQuery) ([]transports.DeadLetter, int64, error) {
 	client, err := env.Client()
 	if err != nil {
 		return nil, 0, err
 	}
-	dls, err := ReadDeadLetters(ctx, client, c.DeadLetter, limit)
+	var (
+		dls   []DeadLetter
+		total int64
+	)
+	if q.Match != nil {
+		dls, total, err = Scan(ctx, client, c.DeadLetter, q.Limit, q.Match)
+	} else {
+		dls, err = ReadDeadLetters(ctx, client, c.DeadLetter, q.Limit)
+	}
 	if err != nil {
 		return nil, 0, err
 	}
@@ -193,7 +201,10 @@ func (c *Config) ListDeadLetters(ctx context.Context, env *transports.Env, limit
 	for i, dl := range dls {
 		out[i] = transports.DeadLetter{Message: dl.Message}
 	}
-	total, err := client.LLen(ctx, c.DeadLetter).Result()
+	if q.Match != nil {
+		return out, total, nil
+	}
+	total, err = client.LLen(ctx, c.DeadLetter).Result()
 	if err != nil {
 		return out, 0, fmt.Errorf("llen %s: %w", c.DeadLetter, err)
 	}
@@ -201,11 +212,20 @@ func (c *Config) ListDeadLetters(ctx context.Context, env *transports.Env, limit
 }
 
 // RedriveDeadLetters moves dead letters back onto the list (Redrive).
-func (c *Config) RedriveDeadLetters(ctx context.Context, env *transports.Env, limit int) (int, string, error) {
+func (c *Config) RedriveDeadLetters(ctx context.Context, env *transports.Env, q transports.DeadLetterQuery) (int, string, error) {
 	client, err := env.Client()
 	if err != nil {
 		return 0, c.Key, err
 	}
-	moved, err := Redrive(ctx, client, c.DeadLetter, c.Key, limit)
+	moved, err := Redrive(ctx, client, c.DeadLetter, c.Key, q.Limit, q.Match)
 	return moved, c.Key, err
+}
+
+// PurgeDeadLetters deletes dead letters from the dead-letter list (Purge).
+func (c *Config) PurgeDeadLetters(ctx context.Context, env *transports.Env, q transports.DeadLetterQuery) (int, error) {
+	client, err := env.Client()
+	if err != nil {
+		return 0, err
+	}
+	return Purge(ctx, client, c.DeadLetter, q.Limit, q.Match)
 }

@@ -152,12 +152,21 @@ func (c *Config) CheckRedrive() error {
 }
 
 // ListDeadLetters reads the dead-letter stream.
-func (c *Config) ListDeadLetters(ctx context.Context, env *transports.Env, limit int) ([]transports.DeadLetter, int64, error) {
+func (c *Config) ListDeadLetters(ctx context.Context, env *transports.Env, q transports.DeadLetterQuery) ([]transports.DeadLetter, int64, error) {
 	client, err := env.Client()
 	if err != nil {
 		return nil, 0, err
 	}
-	return redisstream.ListDeadLetters(ctx, client, c.DeadLetter, limit)
+	return redisstream.ListDeadLetters(ctx, client, c.DeadLetter, q)
+}
+
+// PurgeDeadLetters deletes dead letters from the dead-letter stream.
+func (c *Config) PurgeDeadLetters(ctx context.Context, env *transports.Env, q transports.DeadLetterQuery) (int, error) {
+	client, err := env.Client()
+	if err != nil {
+		return 0, err
+	}
+	return redisstream.Purge(ctx, client, c.DeadLetter, q.Limit, q.Match)
 }
 
 // RedriveDeadLetters publishes dead letters back to their channels: x-original-key, or retry_to
@@ -165,7 +174,7 @@ func (c *Config) ListDeadLetters(ctx context.Context, env *transports.Env, limit
 // received it. A PUBLISH that reaches nobody is lost, so it stops there and the letter stays. In
 // a Redis Cluster PUBLISH counts only the receivers on the node that took it, so there the count
 // is not checked. The target it returns is the channels it published to, sorted.
-func (c *Config) RedriveDeadLetters(ctx context.Context, env *transports.Env, limit int) (int, string, error) {
+func (c *Config) RedriveDeadLetters(ctx context.Context, env *transports.Env, q transports.DeadLetterQuery) (int, string, error) {
 	target := c.names()
 	if len(c.Patterns) > 0 {
 		target = c.RetryTo
@@ -176,7 +185,7 @@ func (c *Config) RedriveDeadLetters(ctx context.Context, env *transports.Env, li
 	}
 	_, cluster := client.(*redis.ClusterClient)
 	used := map[string]bool{}
-	moved, err := redisstream.RedriveWith(ctx, client, c.DeadLetter, limit, func(ctx context.Context, batch []redisstream.DeadLetter) (int, error) {
+	moved, err := redisstream.RedriveWith(ctx, client, c.DeadLetter, q.Limit, q.Match, func(ctx context.Context, batch []redisstream.DeadLetter) (int, error) {
 		for i, dl := range batch {
 			ch := c.RetryTo
 			if len(c.Patterns) == 0 {

@@ -176,20 +176,21 @@ return 1
 // dlq to the stream target as new entries, with RedriveCopy's headers. Each copy is written
 // before its letter is deleted: atomically (one script per letter, pipelined) when both keys
 // hash to one slot, else in that order, so a crash leaves a duplicate, never a loss. It returns
-// how many it moved, also on error.
-func Redrive(ctx context.Context, c redis.UniversalClient, dlq, target string, limit int) (int, error) {
+// how many it moved, also on error. match selects the letters to move (nil: every one); the
+// others stay, in order.
+func Redrive(ctx context.Context, c redis.UniversalClient, dlq, target string, limit int, match Match) (int, error) {
 	if dlq == target {
 		return 0, fmt.Errorf("redisstream: redrive: dead-letter stream and target are both %q", dlq)
 	}
 	if !redisconn.SameSlot(c, dlq, target) {
-		return RedriveWith(ctx, c, dlq, limit, func(ctx context.Context, batch []DeadLetter) (int, error) {
+		return RedriveWith(ctx, c, dlq, limit, match, func(ctx context.Context, batch []DeadLetter) (int, error) {
 			return writeCopies(ctx, c, target, batch)
 		})
 	}
 	if err := redriveScript.Load(ctx, c).Err(); err != nil {
 		return 0, fmt.Errorf("redisstream: redrive: load script: %w", err)
 	}
-	return redriveLoop(ctx, c, dlq, limit, func(ctx context.Context, batch []DeadLetter) (int, error) {
+	return redriveLoop(ctx, c, dlq, limit, match, func(ctx context.Context, batch []DeadLetter) (int, error) {
 		pipe := c.Pipeline()
 		cmds := make([]*redis.Cmd, len(batch))
 		for i, dl := range batch {
@@ -235,9 +236,9 @@ func writeCopies(ctx context.Context, c redis.UniversalClient, target string, ba
 // the next batch, oldest first, writes copies wherever they belong (RedriveCopy gives their
 // content) and returns how many of the leading letters it wrote; those are then deleted with
 // XDEL. It stops at the first error, or when write wrote fewer than it was given. limit is as
-// for Redrive. It returns how many letters it moved, also on error.
-func RedriveWith(ctx context.Context, c redis.UniversalClient, dlq string, limit int, write func(ctx context.Context, batch []DeadLetter) (int, error)) (int, error) {
-	return redriveLoop(ctx, c, dlq, limit, func(ctx context.Context, batch []DeadLetter) (int, error) {
+// and match for Redrive. It returns how many letters it moved, also on error.
+func RedriveWith(ctx context.Context, c redis.UniversalClient, dlq string, limit int, match Match, write func(ctx context.Context, batch []DeadLetter) (int, error)) (int, error) {
+	return redriveLoop(ctx, c, dlq, limit, match, func(ctx context.Context, batch []DeadLetter) (int, error) {
 		wrote, werr := write(ctx, batch)
 		wrote = min(max(wrote, 0), len(batch))
 		if wrote > 0 {
@@ -256,9 +257,83 @@ func RedriveWith(ctx context.Context, c redis.UniversalClient, dlq string, limit
 	})
 }
 
-// redriveLoop reads dlq page by page, oldest first, and hands each page to step, which moves
-// (copies and deletes) the letters and returns how many it moved.
-func redriveLoop(ctx context.Context, c redis.UniversalClient, dlq string, limit int, step func(ctx context.Context, batch []DeadLetter) (int, error)) (int, error) {
+// Match selects dead letters for Redrive, RedriveWith and Purge; nil selects every one.
+type Match func(*engine.Message) (bool, error)
+
+// selected returns the letters of batch that match selects, at most max (max <= 0: all).
+func selected(batch []DeadLetter, match Match, max int) ([]DeadLetter, error) {
+	out := batch[:0:0]
+	for _, dl := range batch {
+		if max > 0 && len(out) == max {
+			break
+		}
+		if match != nil {
+			ok, err := match(dl.Message)
+			if err != nil {
+				return out, fmt.Errorf("dead letter %s: %w", dl.Message.ID, err)
+			}
+			if !ok {
+				continue
+			}
+		}
+		out = append(out, dl)
+	}
+	return out, nil
+}
+
+// Purge deletes up to limit dead letters (limit <= 0: all there when it starts) that match
+// selects (nil: every one) from the dead-letter stream dlq, oldest first, with XDEL, and returns
+// how many it deleted, also on error.
+func Purge(ctx context.Context, c redis.UniversalClient, dlq string, limit int, match Match) (int, error) {
+	return redriveLoop(ctx, c, dlq, limit, match, func(ctx context.Context, batch []DeadLetter) (int, error) {
+		ids := make([]string, len(batch))
+		for i, dl := range batch {
+			ids[i] = dl.Message.ID
+		}
+		n, err := c.XDel(ctx, dlq, ids...).Result()
+		if err != nil {
+			return 0, fmt.Errorf("redisstream: purge: xdel %s: %w", dlq, err)
+		}
+		return int(n), nil
+	})
+}
+
+// Scan returns up to limit dead letters (0: all) of the stream key that match selects, oldest
+// first, and how many match in all; it reads the whole stream page by page.
+func Scan(ctx context.Context, c redis.UniversalClient, key string, limit int, match Match) ([]DeadLetter, int64, error) {
+	var (
+		out   []DeadLetter
+		total int64
+	)
+	start := "-"
+	for {
+		xs, err := c.XRangeN(ctx, key, start, "+", redrivePage).Result()
+		if err != nil {
+			return out, total, fmt.Errorf("redisstream: xrange %s: %w", key, err)
+		}
+		if len(xs) == 0 {
+			return out, total, nil
+		}
+		sel, err := selected(deadLetters(key, xs), match, 0)
+		if err != nil {
+			return out, total, err
+		}
+		total += int64(len(sel))
+		if limit <= 0 || len(out) < limit {
+			n := len(sel)
+			if limit > 0 {
+				n = min(n, limit-len(out))
+			}
+			out = append(out, sel[:n]...)
+		}
+		start = "(" + xs[len(xs)-1].ID
+	}
+}
+
+// redriveLoop reads dlq page by page, oldest first, and hands the letters of each page that
+// match selects to step, which moves (copies and deletes) or deletes them and returns how many
+// it handled.
+func redriveLoop(ctx context.Context, c redis.UniversalClient, dlq string, limit int, match Match, step func(ctx context.Context, batch []DeadLetter) (int, error)) (int, error) {
 	// The newest id at the start bounds the run: a letter that fails again at once comes back
 	// with a new id, and must not be moved round in a loop.
 	last, err := c.XRevRangeN(ctx, dlq, "+", "-", 1).Result()
@@ -283,8 +358,18 @@ func redriveLoop(ctx context.Context, c redis.UniversalClient, dlq string, limit
 		if len(xs) == 0 {
 			break
 		}
-		k, err := step(ctx, deadLetters(dlq, xs))
-		moved += k
+		left := 0
+		if limit > 0 {
+			left = limit - moved
+		}
+		batch, err := selected(deadLetters(dlq, xs), match, left)
+		if len(batch) > 0 {
+			k, serr := step(ctx, batch)
+			moved += k
+			if serr != nil {
+				return moved, serr
+			}
+		}
 		if err != nil {
 			return moved, err
 		}

@@ -224,28 +224,47 @@ func (c *Config) Inspect(ctx context.Context, env *transports.Env) (transports.S
 func (c *Config) CheckRedrive() error { return nil }
 
 // ListDeadLetters reads the dead-letter stream.
-func (c *Config) ListDeadLetters(ctx context.Context, env *transports.Env, limit int) ([]transports.DeadLetter, int64, error) {
+func (c *Config) ListDeadLetters(ctx context.Context, env *transports.Env, q transports.DeadLetterQuery) ([]transports.DeadLetter, int64, error) {
 	client, err := env.Client()
 	if err != nil {
 		return nil, 0, err
 	}
-	return ListDeadLetters(ctx, client, c.DeadLetter, limit)
+	return ListDeadLetters(ctx, client, c.DeadLetter, q)
 }
 
 // RedriveDeadLetters moves dead letters back onto the stream (Redrive).
-func (c *Config) RedriveDeadLetters(ctx context.Context, env *transports.Env, limit int) (int, string, error) {
+func (c *Config) RedriveDeadLetters(ctx context.Context, env *transports.Env, q transports.DeadLetterQuery) (int, string, error) {
 	client, err := env.Client()
 	if err != nil {
 		return 0, c.Stream, err
 	}
-	moved, err := Redrive(ctx, client, c.DeadLetter, c.Stream, limit)
+	moved, err := Redrive(ctx, client, c.DeadLetter, c.Stream, q.Limit, q.Match)
 	return moved, c.Stream, err
 }
 
-// ListDeadLetters reads up to limit entries (0: all) of the dead-letter stream key, oldest
-// first, and its length: `flowrun dlq list` of every source whose dead letters are a stream.
-func ListDeadLetters(ctx context.Context, c redis.UniversalClient, key string, limit int) ([]transports.DeadLetter, int64, error) {
-	dls, err := ReadDeadLetters(ctx, c, key, limit)
+// PurgeDeadLetters deletes dead letters from the dead-letter stream (Purge).
+func (c *Config) PurgeDeadLetters(ctx context.Context, env *transports.Env, q transports.DeadLetterQuery) (int, error) {
+	client, err := env.Client()
+	if err != nil {
+		return 0, err
+	}
+	return Purge(ctx, client, c.DeadLetter, q.Limit, q.Match)
+}
+
+// ListDeadLetters reads up to q.Limit entries (0: all) of the dead-letter stream key that q
+// selects, oldest first, and how many it selects (the stream's length without q.Match):
+// `flowrun dlq list` of every source whose dead letters are a stream.
+func ListDeadLetters(ctx context.Context, c redis.UniversalClient, key string, q transports.DeadLetterQuery) ([]transports.DeadLetter, int64, error) {
+	var (
+		dls   []DeadLetter
+		total int64
+		err   error
+	)
+	if q.Match != nil {
+		dls, total, err = Scan(ctx, c, key, q.Limit, q.Match)
+	} else {
+		dls, err = ReadDeadLetters(ctx, c, key, q.Limit)
+	}
 	if err != nil {
 		return nil, 0, err
 	}
@@ -253,7 +272,10 @@ func ListDeadLetters(ctx context.Context, c redis.UniversalClient, key string, l
 	for i, dl := range dls {
 		out[i] = transports.DeadLetter{ID: dl.Message.ID, Message: dl.Message}
 	}
-	total, err := c.XLen(ctx, key).Result()
+	if q.Match != nil {
+		return out, total, nil
+	}
+	total, err = c.XLen(ctx, key).Result()
 	if err != nil {
 		return out, 0, fmt.Errorf("xlen %s: %w", key, err)
 	}

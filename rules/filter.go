@@ -1,0 +1,101 @@
+package rules
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/expr-lang/expr/vm"
+
+	"github.com/flowrun/flowrun/engine"
+)
+
+// filterEnv is the environment of a dead-letter filter (`flowrun dlq --where`, SPEC §1): the
+// rules' environment, filled from the dead letter, plus reason and failed_at.
+//
+//	payload, raw, headers   as in rules, from the dead letter
+//	key                     the key the message failed on (x-original-key; the dead-letter
+//	                        key when the header is missing)
+//	id                      the dead letter's own id (a stream entry id; "" for a list)
+//	attempt                 x-attempts: how many deliveries failed (0 when missing)
+//	delivery_count, idle_ms as in x-delivery-count and x-idle-ms (0 when missing)
+//	reason                  x-dead-letter-reason
+//	failed_at               x-failed-at as a time (RFC 3339), compared with now() and
+//	                        duration('1h'); the zero time when missing or not RFC 3339
+type filterEnv struct {
+	Payload       any               `expr:"payload"`
+	Raw           string            `expr:"raw"`
+	Headers       map[string]string `expr:"headers"`
+	Key           string            `expr:"key"`
+	ID            string            `expr:"id"`
+	Attempt       int               `expr:"attempt"`
+	DeliveryCount int               `expr:"delivery_count"`
+	IdleMS        int               `expr:"idle_ms"`
+	Ack           engine.Outcome    `expr:"ack"`
+	Drop          engine.Outcome    `expr:"drop"`
+	Retry         engine.Outcome    `expr:"retry"`
+	Reason        string            `expr:"reason"`
+	FailedAt      time.Time         `expr:"failed_at"`
+}
+
+// Filter is a compiled dead-letter filter: a boolean expression over filterEnv.
+type Filter struct{ program }
+
+// CompileFilter compiles a `flowrun dlq --where` expression, which must be boolean. Its
+// errors are *Error, positioned inside src.
+func CompileFilter(src string) (*Filter, error) {
+	p, err := compile(src, kindFilter)
+	if err != nil {
+		return nil, err
+	}
+	return &Filter{p}, nil
+}
+
+// Match evaluates the filter on the dead letter m, whose Key is its dead-letter key and ID its
+// own id. An evaluation error is an *EvalError.
+func (f *Filter) Match(m *engine.Message) (bool, error) {
+	h := m.Headers
+	if h == nil {
+		h = map[string]string{}
+	}
+	e := filterEnv{
+		Headers:       h,
+		Key:           m.Key,
+		ID:            m.ID,
+		Attempt:       atoi(h[engine.HeaderAttempts]),
+		DeliveryCount: atoi(h[engine.HeaderDeliveryCount]),
+		IdleMS:        atoi(h[engine.HeaderIdleMS]),
+		Ack:           engine.Ack(),
+		Drop:          engine.Drop(),
+		Retry:         engine.Retry(),
+		Reason:        h[engine.HeaderDeadLetterReason],
+	}
+	if k := h[engine.HeaderOriginalKey]; k != "" {
+		e.Key = k
+	}
+	if t, err := time.Parse(time.RFC3339Nano, h[engine.HeaderFailedAt]); err == nil {
+		e.FailedAt = t
+	}
+	if f.usesRaw {
+		e.Raw = string(m.Payload)
+	}
+	if f.usesPayload {
+		e.Payload = decodePayload(m.Payload, &env{Raw: e.Raw}, f.usesRaw)
+	}
+	v := vmPool.Get().(*vm.VM)
+	out, err := v.Run(f.prog, e)
+	vmPool.Put(v)
+	if err != nil {
+		return false, runError(f.src, err)
+	}
+	b, ok := out.(bool)
+	if !ok {
+		return false, fmt.Errorf("expected bool, got %s", describe(out))
+	}
+	return b, nil
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
