@@ -70,7 +70,7 @@ func writeBash(w io.Writer, flags map[string][]string) {
 		extra := ""
 		switch c.name {
 		case "dlq":
-			extra = "list redrive "
+			extra = "list redrive purge "
 		case "completion":
 			extra = "bash zsh fish "
 		case "help":
@@ -95,7 +95,7 @@ func writeFish(w io.Writer, flags map[string][]string) {
 			fmt.Fprintf(&b, "complete -c flowrun -n '__fish_seen_subcommand_from %s' -l %s\n", c.name, strings.TrimPrefix(f, "--"))
 		}
 	}
-	b.WriteString("complete -c flowrun -f -n '__fish_seen_subcommand_from dlq' -a 'list redrive'\n")
+	b.WriteString("complete -c flowrun -f -n '__fish_seen_subcommand_from dlq' -a 'list redrive purge'\n")
 	b.WriteString("complete -c flowrun -f -n '__fish_seen_subcommand_from completion' -a 'bash zsh fish'\n")
 	fmt.Fprintf(&b, "complete -c flowrun -f -n '__fish_seen_subcommand_from help' -a %s\n", fishQuote(strings.Join(commandNames(), " ")))
 	io.WriteString(w, b.String())

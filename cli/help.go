@@ -33,7 +33,7 @@ var commands = []command{
 		"flowrun test examples/"},
 	{"inspect", "[flags] [PATH...]", "per pipeline: backlog, lag, pending, delayed, dead letters",
 		"flowrun inspect --json --pipeline payouts examples/"},
-	{"dlq", "list|redrive PIPELINE [--limit N] [PATH...]", "show dead letters, or move them back to the source",
+	{"dlq", "list|redrive|purge PIPELINE [--limit N] [--where EXPR] [PATH...]", "show dead letters, move them back to the source, or delete them",
 		"flowrun dlq list payouts --limit 20 examples/"},
 	{"plugins", "", "list the compiled-in Go handlers",
 		"flowrun plugins"},
@@ -194,16 +194,22 @@ func cmdHelp(ctx context.Context, args []string, stdio Stdio) int {
 	return Run(ctx, []string{name, "--help"}, stdio)
 }
 
-// writeDLQHelp prints dlq's help: its flags are those of `dlq list` and `dlq redrive`.
+// writeDLQHelp prints dlq's help: the flags of its subcommands together (list takes --json and
+// --full, purge --yes).
 func writeDLQHelp(stdio Stdio) {
 	fs := flag.NewFlagSet("dlq", flag.ContinueOnError)
-	fs.Int("limit", 0, "at most N dead letters (list: default 10; redrive: default all; 0: all)")
+	fs.Int("limit", 0, "at most N dead letters (list: default 10; redrive, purge: default all; 0: all)")
+	fs.String("where", "", "only the dead letters for which this expr-lang expression is true (the rules' environment plus reason and failed_at)")
+	fs.Bool("json", false, "list: print one JSON object per dead letter")
+	fs.Bool("full", false, "list: show whole payloads instead of cutting them")
+	fs.Bool("yes", false, "purge: delete without asking")
 	writeCommandHelp(stdio.Out, "dlq", fs)
 	io.WriteString(stdio.Out, `
 Subcommands:
   list     show the pipeline's dead letters, oldest first (--limit default 10; 0: all)
   redrive  move dead letters back to the pipeline's source with their retry count reset
            (--limit default 0: all)
+  purge    delete dead letters (asks unless --yes; refuses without --yes when not on a terminal)
 `)
 }
 
