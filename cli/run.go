@@ -83,7 +83,7 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	}
 
 	if f.httpAddr != "" {
-		go metrics.sources.sample(ctx, sampleEvery, selected, func(b string) *transports.Env { return w.env(logger, b) }, logger)
+		go metrics.sources.sample(ctx, sampleEvery, eng.Ready, selected, func(b string) *transports.Env { return w.env(logger, b) }, logger)
 	}
 	logger.Info().Int("pipelines", len(pipelines)).Msg("flowrun started")
 	if err := eng.Run(ctx); err != nil {

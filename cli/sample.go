@@ -37,10 +37,21 @@ func newSourceGauges(reg *prometheus.Registry) *sourceGauges {
 	return g
 }
 
-// sample reads every pipeline whose source can tell (transports.Inspector) now and then every
-// `every` until ctx ends: one cheap round trip or two per source. A failed read keeps the last
-// values and is logged at debug (the source's own read loop reports an outage).
-func (g *sourceGauges) sample(ctx context.Context, every time.Duration, pipelines []*config.Pipeline, env func(redisBlock string) *transports.Env, log zerolog.Logger) {
+// sample reads every pipeline whose source can tell (transports.Inspector) once the sources are
+// ready (their groups exist then), and then every `every` until ctx ends: one cheap round trip
+// or two per source. A failed read keeps the last values and is logged at debug (the source's
+// own read loop reports an outage).
+func (g *sourceGauges) sample(ctx context.Context, every time.Duration, ready func() bool, pipelines []*config.Pipeline, env func(redisBlock string) *transports.Env, log zerolog.Logger) {
+	wait := time.NewTicker(100 * time.Millisecond)
+	for start := time.Now(); !ready() && time.Since(start) < every; {
+		select {
+		case <-ctx.Done():
+			wait.Stop()
+			return
+		case <-wait.C:
+		}
+	}
+	wait.Stop()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
