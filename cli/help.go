@@ -35,6 +35,8 @@ var commands = []command{
 		"flowrun inspect --json --pipeline payouts examples/"},
 	{"dlq", "list|redrive|purge PIPELINE [--limit N] [--where EXPR] [PATH...]", "show dead letters, move them back to the source, or delete them",
 		"flowrun dlq list payouts --limit 20 examples/"},
+	{"graph", "[--format mermaid|dot] [PATH...]", "print the pipelines' topology: sources, emits, retry targets and dead letters",
+		"flowrun graph --format dot examples/ | dot -Tsvg > flow.svg"},
 	{"plugins", "", "list the compiled-in Go handlers",
 		"flowrun plugins"},
 	{"version", "", "print version, Go version and commit",

@@ -45,6 +45,13 @@ type StdinReader interface {
 	ReadsStdin() bool
 }
 
+// RetryTargeter is implemented by a Config whose retry copies go to a key other than the
+// source's own (a durable delay queue), known without connecting: `flowrun graph` draws it.
+// RetryTarget returns "" when copies go back to the source.
+type RetryTargeter interface {
+	RetryTarget() string
+}
+
 // Inspector is implemented by a Config whose source has numbers for `flowrun inspect`
 // (SPEC §1). On an error it returns what it has read so far.
 type Inspector interface {

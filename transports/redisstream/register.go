@@ -62,6 +62,7 @@ var (
 	_ transports.ClusterChecker  = (*Config)(nil)
 	_ transports.Inspector       = (*Config)(nil)
 	_ transports.DeadLetterStore = (*Config)(nil)
+	_ transports.RetryTargeter   = (*Config)(nil)
 )
 
 var delayModes = []string{DelayRuntime, DelayDurableZSet}
@@ -115,6 +116,15 @@ func (c *Config) Decode(b *transports.Block) {
 
 	c.DeadLetter = b.Pipeline.DeadLetter
 	b.RejectDeadLetterKey(c.Stream)
+}
+
+// RetryTarget is the durable delay queue that holds retry copies (delayed_retry =
+// "durable_zset"), or "" when copies go back to the stream.
+func (c *Config) RetryTarget() string {
+	if c.DelayedRetry == DelayDurableZSet {
+		return c.DelayKey
+	}
+	return ""
 }
 
 // NaturalKey is the stream.
