@@ -122,3 +122,31 @@ func formatDiag(cfg *Config, d *hcl.Diagnostic) string {
 	}
 	return first + "\n" + rest
 }
+
+// trim and consumer_ttl are stream source attributes with positioned mistakes.
+func TestRetentionAttributes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f.hcl")
+	write(t, path, `redis "main" {
+  url = "redis://127.0.0.1:1/0"
+}
+pipeline "p" {
+  source "stream" {
+    stream       = "s"
+    trim         = "all"
+    consumer_ttl = "-1h"
+  }
+  rule "r" {
+    outcome = "ack"
+  }
+}
+`)
+	cfg, diags := Load([]string{path}, Options{Hostname: "h"})
+	var b bytes.Buffer
+	WriteDiagnostics(&b, cfg.Files(), diags)
+	out := b.String()
+	for _, want := range []string{path + ":7:20: error:", `"trim" takes "acked"`, path + ":8:20: error:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("diagnostics lack %q:\n%s", want, out)
+		}
+	}
+}

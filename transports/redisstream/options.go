@@ -44,7 +44,19 @@ type Options struct {
 	// (ActDelay stores copies in DelayKey). The stream kind only.
 	DelayedRetry string
 	DelayKey     string // durable_zset's sorted set; default "<stream>:delayed"
+	// Trim is "acked" to trim, every HygieneEvery, what every group of the stream has read and
+	// acknowledged (SPEC §11); "" leaves the stream alone.
+	Trim string
+	// ConsumerTTL deletes consumers of the group idle that long that own no pending entries;
+	// 0: never.
+	ConsumerTTL time.Duration
 }
+
+// TrimAcked is the one value of trim.
+const TrimAcked = "acked"
+
+// HygieneEvery is how often trim and consumer_ttl run.
+const HygieneEvery = 10 * time.Second
 
 func (o *Options) setDefaults() {
 	if o.Start == "" {

@@ -31,6 +31,11 @@ func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 		return errors.New("redisstream: receive on a closed source")
 	}
 	s.startKeepAlive()
+	if s.o.Trim == TrimAcked || s.o.ConsumerTTL > 0 {
+		hctx, stopHygiene := context.WithCancel(ctx)
+		defer stopHygiene()
+		go s.hygiene(hctx)
+	}
 	r := &reader{s: s, feed: feed}
 	r.reset()
 	if rc := s.newReadClient(); rc != nil {

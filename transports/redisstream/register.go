@@ -25,7 +25,7 @@ func init() {
 	for i, kind := range []string{KindStream, KindClaiming, KindReclaim} {
 		schema := hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 			{Name: "stream", Required: true}, {Name: "group"}, {Name: "consumer"}, {Name: "start"},
-			{Name: "batch"}, {Name: "block"},
+			{Name: "batch"}, {Name: "block"}, {Name: "trim"}, {Name: "consumer_ttl"},
 		}}
 		if kind != KindStream {
 			schema.Attributes = append(schema.Attributes, hcl.AttributeSchema{Name: "min_idle", Required: true})
@@ -92,6 +92,10 @@ func (c *Config) Decode(b *transports.Block) {
 	if c.Kind != KindStream {
 		a.Duration("min_idle", &c.MinIdle)
 	}
+	if a.String("trim", &c.Trim) && c.Trim != TrimAcked {
+		b.Report(transports.InvalidValue(a.Get("trim"), `"trim" takes "acked": trim what every group of the stream has read and acknowledged.`))
+	}
+	a.Duration("consumer_ttl", &c.ConsumerTTL)
 
 	c.DelayedRetry = DelayRuntime
 	var mode string
