@@ -39,3 +39,23 @@ func TestSourceGauges(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 }
+
+// trim = "acked" trims what the group has read and acknowledged, through the binary (SPEC §11):
+// within one 10 s round, the stream is down to the last entry delivered.
+func TestTrimAckedThroughTheBinary(t *testing.T) {
+	e := newStreamEnv(t)
+	for range 20 {
+		e.streamXAdd("jobs", "payload", "p")
+	}
+	cfg := e.streamConfig(streamPipeline("stream", "    trim = \"acked\"\n", "", `
+  rule "ok" {
+    outcome = "ack"
+  }
+`))
+	p := start(t, "run", cfg)
+	eventually(t, 25*time.Second, "the acknowledged entries trimmed", func() bool { return e.streamXLen("jobs") <= 1 })
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(10 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
