@@ -23,19 +23,9 @@ import (
 //	failed_at               x-failed-at as a time (RFC 3339), compared with now() and
 //	                        duration('1h'); the zero time when missing or not RFC 3339
 type filterEnv struct {
-	Payload       any               `expr:"payload"`
-	Raw           string            `expr:"raw"`
-	Headers       map[string]string `expr:"headers"`
-	Key           string            `expr:"key"`
-	ID            string            `expr:"id"`
-	Attempt       int               `expr:"attempt"`
-	DeliveryCount int               `expr:"delivery_count"`
-	IdleMS        int               `expr:"idle_ms"`
-	Ack           engine.Outcome    `expr:"ack"`
-	Drop          engine.Outcome    `expr:"drop"`
-	Retry         engine.Outcome    `expr:"retry"`
-	Reason        string            `expr:"reason"`
-	FailedAt      time.Time         `expr:"failed_at"`
+	env                // the rules' environment, filled from the dead letter
+	Reason   string    `expr:"reason"`
+	FailedAt time.Time `expr:"failed_at"`
 }
 
 // Filter is a compiled dead-letter filter: a boolean expression over filterEnv.
@@ -59,16 +49,18 @@ func (f *Filter) Match(m *engine.Message) (bool, error) {
 		h = map[string]string{}
 	}
 	e := filterEnv{
-		Headers:       h,
-		Key:           m.Key,
-		ID:            m.ID,
-		Attempt:       atoi(h[engine.HeaderAttempts]),
-		DeliveryCount: atoi(h[engine.HeaderDeliveryCount]),
-		IdleMS:        atoi(h[engine.HeaderIdleMS]),
-		Ack:           engine.Ack(),
-		Drop:          engine.Drop(),
-		Retry:         engine.Retry(),
-		Reason:        h[engine.HeaderDeadLetterReason],
+		env: env{
+			Headers:       h,
+			Key:           m.Key,
+			ID:            m.ID,
+			Attempt:       atoi(h[engine.HeaderAttempts]),
+			DeliveryCount: atoi(h[engine.HeaderDeliveryCount]),
+			IdleMS:        atoi(h[engine.HeaderIdleMS]),
+			Ack:           engine.Ack(),
+			Drop:          engine.Drop(),
+			Retry:         engine.Retry(),
+		},
+		Reason: h[engine.HeaderDeadLetterReason],
 	}
 	if k := h[engine.HeaderOriginalKey]; k != "" {
 		e.Key = k
@@ -80,7 +72,7 @@ func (f *Filter) Match(m *engine.Message) (bool, error) {
 		e.Raw = string(m.Payload)
 	}
 	if f.usesPayload {
-		e.Payload = decodePayload(m.Payload, &env{Raw: e.Raw}, f.usesRaw)
+		e.Payload = decodePayload(m.Payload, &e.env, f.usesRaw)
 	}
 	v := vmPool.Get().(*vm.VM)
 	out, err := v.Run(f.prog, e)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The test command (README): installs what the tests need when it is missing, then runs every
-# test. The Redis tests start their own redis-server processes on free loopback ports; they never
+# The test command (README): installs what the tests need when it is missing, checks gofmt and
+# go vet, then runs every test. The Redis tests start their own redis-server processes on free loopback ports; they never
 # touch 6379. A missing redis-server is installed with apt-get when we are root on Debian, and
 # otherwise named, so a test never skips silently. Arguments go to `go test` (default ./...).
 set -euo pipefail
@@ -20,6 +20,15 @@ need() { # need BINARY PACKAGE
 
 need redis-server redis-server
 need redis-cli redis-tools
+
+# Formatting and vet first: the same checks for a developer as for CI.
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))
+if [ -n "$unformatted" ]; then
+  echo "test.sh: gofmt needed:" >&2
+  echo "$unformatted" >&2
+  exit 1
+fi
+go vet ./...
 
 if [ $# -eq 0 ]; then set -- ./...; fi
 exec go test "$@"
