@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/transports/redisconn"
 )
 
 // Retention and consumer hygiene (SPEC §11): every HygieneEvery, trim = "acked" trims what
@@ -23,20 +25,27 @@ redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
 return 1
 `)
 
-// hygiene runs the retention tasks until ctx ends; a failing pass is logged at debug and tried
-// again at the next tick (the read loop reports an outage).
+// hygiene runs the retention tasks until ctx ends. A failing pass changes nothing a delivery
+// depends on (at worst the stream is trimmed later): it is tried again at the next tick, and
+// logged at warn once when passes start failing (a NOPERM names the command: grant it, see the
+// README's ACL lines) and once when they work again.
 func (s *Source) hygiene(ctx context.Context) {
 	t := time.NewTicker(HygieneEvery)
 	defer t.Stop()
+	state := redisconn.NewStateLog(s.log, "retention (trim, consumer_ttl)", s.secrets...)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if err := s.hygienePass(ctx); err != nil && ctx.Err() == nil {
-			s.log.Debug().Err(err).Msg("retention pass failed")
+		if err := s.hygienePass(ctx); err != nil {
+			if ctx.Err() == nil {
+				state.Fail(err)
+			}
+			continue
 		}
+		state.OK()
 	}
 }
 
