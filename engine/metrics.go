@@ -11,7 +11,7 @@ type Metrics interface {
 
 // PipelineMetrics counts for one pipeline.
 type PipelineMetrics interface {
-	Outcome(label string) // ack, drop, retry, retry_after, dead_letter, rejected
+	Outcome(label string) // ack, drop, retry, retry_after, dead_letter, rejected, duplicate
 	HandlerDuration(d time.Duration)
 	Inflight(delta int)
 	DelayedHeld(n int)
@@ -22,7 +22,7 @@ type PipelineMetrics interface {
 }
 
 // OutcomeLabels are every label PipelineMetrics.Outcome is called with.
-var OutcomeLabels = []string{"ack", "drop", "retry", "retry_after", LabelDeadLetter, LabelRejected}
+var OutcomeLabels = []string{"ack", "drop", "retry", "retry_after", LabelDeadLetter, LabelRejected, LabelDuplicate}
 
 type noMetrics struct{}
 

@@ -31,6 +31,9 @@ type Queue struct {
 	head    int
 	waiting int // workers waiting on ready
 	closed  bool
+	// held counts deliveries taken with TakeHeld and not yet let go (Unhold): a flow-control
+	// stage's waiting deliveries still count against the limit, so reading does not run ahead.
+	held int
 }
 
 // NewQueue returns a Queue holding up to limit deliveries (at least 1).
@@ -41,6 +44,9 @@ func NewQueue(limit int) *Queue {
 }
 
 func (q *Queue) len() int { return len(q.items) - q.head }
+
+// used is what counts against the limit: queued plus held.
+func (q *Queue) used() int { return q.len() + q.held }
 
 // Room implements Feed.
 func (q *Queue) Room(ctx context.Context) int {
@@ -56,7 +62,7 @@ func (q *Queue) Room(ctx context.Context) int {
 		if ctx.Err() != nil {
 			return 0
 		}
-		if free := q.limit - q.len(); free == q.limit || free >= (q.limit+1)/2 {
+		if free := q.limit - q.used(); free == q.limit || free >= (q.limit+1)/2 {
 			return free
 		}
 		q.room.Wait()
@@ -70,14 +76,14 @@ func (q *Queue) Push(ctx context.Context, ds []*Delivery) bool {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.len() >= q.limit {
+	if q.used() >= q.limit {
 		stop := context.AfterFunc(ctx, func() {
 			q.mu.Lock()
 			q.room.Broadcast()
 			q.mu.Unlock()
 		})
 		defer stop()
-		for q.len() >= q.limit {
+		for q.used() >= q.limit {
 			if ctx.Err() != nil {
 				return false
 			}
@@ -98,7 +104,24 @@ func (q *Queue) Push(ctx context.Context, ds []*Delivery) bool {
 }
 
 // Take returns the next delivery, waiting for one; false once the queue is closed and empty.
-func (q *Queue) Take() (*Delivery, bool) {
+func (q *Queue) Take() (*Delivery, bool) { return q.take(false) }
+
+// TakeHeld is Take for a stage between the queue and the workers: the delivery goes on
+// counting against the limit until Unhold.
+func (q *Queue) TakeHeld() (*Delivery, bool) { return q.take(true) }
+
+// Unhold lets go of n deliveries taken with TakeHeld.
+func (q *Queue) Unhold(n int) {
+	if n <= 0 {
+		return
+	}
+	q.mu.Lock()
+	q.held = max(q.held-n, 0)
+	q.room.Broadcast()
+	q.mu.Unlock()
+}
+
+func (q *Queue) take(hold bool) (*Delivery, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for q.len() == 0 {
@@ -115,9 +138,13 @@ func (q *Queue) Take() (*Delivery, bool) {
 	if q.head == len(q.items) {
 		q.items, q.head = q.items[:0], 0
 	}
+	if hold {
+		q.held++
+		return d, true
+	}
 	// Wake a waiting source only where its wait can end: Push waits for one free place, Room
 	// for half the queue (or all of it, for a queue of one or two).
-	if free := q.limit - q.len(); free == 1 || free == (q.limit+1)/2 || free == q.limit {
+	if free := q.limit - q.used(); free == 1 || free == (q.limit+1)/2 || free == q.limit {
 		q.room.Broadcast()
 	}
 	return d, true

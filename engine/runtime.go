@@ -22,6 +22,7 @@ type Pipeline struct {
 	DeadLetter      string        // "": none
 	ShutdownTimeout time.Duration // grace for in-flight handlers after a stop; default 30s
 	MaxHeld         int           // runtime delayed copies held at once; 0: 10000
+	Flow            *Flow         // per-key flow control (SPEC §13); nil: none
 	Logger          zerolog.Logger
 }
 
@@ -197,6 +198,14 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 	}()
 
 	returner, _ := p.Source.(Returner)
+	take, finished := q.Take, func(_ *Delivery, dec Decision) { decisions <- dec }
+	var flow *flowStage
+	if p.Flow != nil {
+		// Flow control admits deliveries to the workers without holding a slot (flow.go).
+		flow = newFlowStage(r, p.Flow, q, returner, decisions)
+		flow.start(stop, grace)
+		take, finished = flow.take, flow.done
+	}
 	var workers sync.WaitGroup
 	for i := 0; i < p.Concurrency; i++ {
 		workers.Add(1)
@@ -211,7 +220,7 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 					case <-stop.Done():
 					}
 				}
-				d, ok := q.Take()
+				d, ok := take()
 				if !ok {
 					return
 				}
@@ -219,6 +228,9 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 					// Handed over but not started when the stop came: the source takes it
 					// back (pending, or back in its list) rather than have it run now.
 					returner.Return([]*Delivery{d})
+					if flow != nil {
+						flow.returned(d)
+					}
 					continue
 				}
 				r.tally.read.Add(1)
@@ -226,11 +238,14 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 				if dec.Hold != nil {
 					gate.add(1)
 				}
-				decisions <- dec
+				finished(d, dec)
 			}
 		}()
 	}
 	workers.Wait()
+	if flow != nil {
+		flow.finish()
+	}
 	close(decisions)
 	<-settled
 

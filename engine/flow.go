@@ -1,0 +1,458 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// LabelDuplicate is the outcome of a delivery whose dedupe key already succeeded (SPEC §13).
+const LabelDuplicate = "duplicate"
+
+// Flow-control polling: a delivery that waits for a key held in another process is tried again
+// after flowPollMin, doubling to flowPollMax while nothing changes (there is no control plane
+// to say when a key frees). A release in this process tries again at once.
+const (
+	flowPollMin = 2 * time.Millisecond
+	flowPollMax = 50 * time.Millisecond
+	// flowMaxRound bounds the admissions, releases and renewals of one store round.
+	flowMaxRound = 512
+)
+
+// flowStage sits between the queue and the handler slots (SPEC §13). It takes deliveries from
+// the queue (they go on counting against the read-ahead bound while they wait), computes their
+// keys, and asks the store in batched rounds which may start; admitted ones go to the workers.
+// Finished deliveries come back to it: their leases are released (dedupe claims marked done or
+// deleted) in the next round, together with the next admissions, and only then is the decision
+// passed to the settler, so a dedupe key is marked done before its delivery is acknowledged.
+type flowStage struct {
+	r         *runner
+	f         *Flow
+	q         *Queue
+	returner  Returner
+	decisions chan<- Decision
+	lease     time.Duration
+
+	in       chan *Delivery // from the pump: taken from the queue, held
+	admitted chan *Delivery // to the workers
+	finished chan flowDone  // from the workers
+	finishC  chan struct{}  // closed by finish: workers are done
+	doneC    chan struct{}  // closed when run returns
+
+	// Owned by run.
+	parked   []*flowWait
+	running  map[*Delivery]*flowTicket // admitted, not yet released
+	releases []flowDone
+	slots    int // admissions the workers can take now: 2×concurrency minus those admitted
+	prefix   string
+	seq      uint64
+	closedIn bool
+	stopped  bool
+	failing  bool
+	poll     time.Duration
+	renewAt  time.Time
+}
+
+type flowWait struct {
+	d     *Delivery
+	admit FlowAdmit
+}
+
+type flowTicket struct {
+	lease FlowLease
+}
+
+type flowDone struct {
+	d        *Delivery
+	dec      Decision
+	returned bool // handed back to the source at a stop, never run
+}
+
+func newFlowStage(r *runner, f *Flow, q *Queue, returner Returner, decisions chan<- Decision) *flowStage {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	lease := f.Lease
+	if lease <= 0 {
+		lease = DefaultLease
+	}
+	if f.Store == nil {
+		f.Store = NewMemFlowStore()
+	}
+	c := r.p.Concurrency
+	return &flowStage{
+		r: r, f: f, q: q, returner: returner, decisions: decisions, lease: lease,
+		in:       make(chan *Delivery, 1),
+		admitted: make(chan *Delivery, 2*c),
+		finished: make(chan flowDone, c),
+		finishC:  make(chan struct{}),
+		doneC:    make(chan struct{}),
+		running:  map[*Delivery]*flowTicket{},
+		slots:    2 * c,
+		prefix:   hex.EncodeToString(b[:]) + ":",
+		poll:     flowPollMin,
+	}
+}
+
+// start runs the pump and the stage.
+func (fs *flowStage) start(stop, grace context.Context) {
+	go func() {
+		for {
+			d, ok := fs.q.TakeHeld()
+			if !ok {
+				close(fs.in)
+				return
+			}
+			select {
+			case fs.in <- d:
+			case <-fs.doneC:
+				return // the grace period ended with it unstarted: its source brings it back
+			}
+		}
+	}()
+	go fs.run(stop, grace)
+}
+
+// take is the workers' Take.
+func (fs *flowStage) take() (*Delivery, bool) {
+	d, ok := <-fs.admitted
+	if ok {
+		fs.q.Unhold(1)
+	}
+	return d, ok
+}
+
+// done hands a finished delivery's decision back (a worker).
+func (fs *flowStage) done(d *Delivery, dec Decision) { fs.finished <- flowDone{d: d, dec: dec} }
+
+// returned tells the stage that a delivery it admitted was handed back to the source unrun.
+func (fs *flowStage) returned(d *Delivery) { fs.finished <- flowDone{d: d, returned: true} }
+
+// finish is called once every worker has returned; it waits until the last releases are sent
+// and every decision passed on.
+func (fs *flowStage) finish() {
+	close(fs.finishC)
+	<-fs.doneC
+}
+
+func (fs *flowStage) run(stop, grace context.Context) {
+	defer close(fs.doneC)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	stopC, graceC := stop.Done(), grace.Done()
+	finishC := fs.finishC
+	admittedOpen := true
+	for {
+		in := fs.in
+		if fs.closedIn {
+			in = nil
+		}
+		select {
+		case d, ok := <-in:
+			if !ok {
+				fs.closedIn = true
+				break
+			}
+			fs.park(d)
+		more:
+			for len(fs.parked) < flowMaxRound {
+				select {
+				case d, ok := <-fs.in:
+					if !ok {
+						fs.closedIn = true
+						break more
+					}
+					fs.park(d)
+				default:
+					break more
+				}
+			}
+		case fd := <-fs.finished:
+			fs.finish1(fd)
+		more2:
+			for len(fs.releases) < flowMaxRound {
+				select {
+				case fd := <-fs.finished:
+					fs.finish1(fd)
+				default:
+					break more2
+				}
+			}
+			fs.poll = flowPollMin
+		case <-timer.C:
+		case <-stopC:
+			stopC = nil
+			fs.stopped = true
+		case <-graceC:
+			graceC = nil
+			// The grace period is over: what still waits is abandoned; a source with
+			// acknowledgement delivers it again.
+			for _, w := range fs.parked {
+				fs.r.log.Error().Str(FieldKey, w.d.Key).Str(FieldID, w.d.ID).Msg("flow control: waiting delivery abandoned at shutdown")
+			}
+			fs.q.Unhold(len(fs.parked))
+			fs.parked = nil
+		case <-finishC:
+			// Every worker is done: send the last releases, pass their decisions on.
+			for {
+				select {
+				case fd := <-fs.finished:
+					fs.finish1(fd)
+					continue
+				default:
+				}
+				break
+			}
+			fs.returnParked()
+			for len(fs.releases) > 0 {
+				if !fs.round(grace, false) {
+					if grace.Err() != nil {
+						fs.flushUnreleased()
+						break
+					}
+					sleep(grace, fs.backoff())
+				}
+			}
+			return
+		}
+		if fs.stopped && fs.returner != nil {
+			fs.returnParked()
+		}
+		admitting := admittedOpen && !(fs.stopped && fs.returner != nil)
+		wait := time.Hour
+		if len(fs.releases) > 0 || (admitting && len(fs.parked) > 0 && fs.slots > 0) || !fs.renewAt.IsZero() && !time.Now().Before(fs.renewAt) {
+			ok := fs.round(grace, admitting)
+			switch {
+			case !ok:
+				wait = fs.backoff()
+			case admitting && len(fs.parked) > 0 && fs.slots > 0:
+				wait = fs.nextPoll()
+			}
+		} else if admitting && len(fs.parked) > 0 && fs.slots > 0 {
+			wait = fs.nextPoll()
+		}
+		// Workers end once nothing is left to admit: the queue is closed and drained (after a
+		// stop, the source's Receive has returned), or the grace period is over.
+		if admittedOpen && (fs.closedIn && len(fs.parked) == 0 || grace.Err() != nil) {
+			admittedOpen = false
+			close(fs.admitted)
+		}
+		if !fs.renewAt.IsZero() {
+			wait = min(wait, max(time.Until(fs.renewAt), 0))
+		}
+		timer.Reset(wait) // Go 1.23 timers: Reset drops a stale tick
+	}
+}
+
+// park computes a taken delivery's keys; it waits in read order. Deliveries that need no
+// admission (past the attempt cap, a key that cannot be computed) are decided here.
+func (fs *flowStage) park(d *Delivery) {
+	if d.Headers == nil {
+		d.Headers = map[string]string{}
+	}
+	fs.r.policy.Caps.Number(d)
+	now := time.Now()
+	if dec, over := fs.r.policy.Before(d, now); over {
+		// Past the attempt cap: dead-lettered without a handler, so without waiting for a key.
+		fs.r.tally.read.Add(1)
+		fs.r.logDecision(d, dec, nil)
+		fs.q.Unhold(1)
+		fs.decisions <- dec
+		return
+	}
+	fs.seq++
+	a := FlowAdmit{Token: fs.prefix + strconv.FormatUint(fs.seq, 36)}
+	var err error
+	if c := fs.f.Dedupe; c != nil && err == nil {
+		var k string
+		if k, err = c.Key.FlowKey(d); err == nil {
+			a.Dedupe = "d:" + k
+		} else {
+			err = fmt.Errorf("dedupe key: %w", err)
+		}
+	}
+	if c := fs.f.Concurrency; c != nil && err == nil {
+		var k string
+		if k, err = c.Key.FlowKey(d); err == nil {
+			a.Conc, a.ConcLimit = "c:"+k, c.Limit
+		} else {
+			err = fmt.Errorf("concurrency_key key: %w", err)
+		}
+	}
+	if c := fs.f.Throttle; c != nil && err == nil {
+		a.Throttle, a.ThrottleLimit, a.Period = "t", c.Limit, c.Period
+		if c.Key != nil {
+			var k string
+			if k, err = c.Key.FlowKey(d); err == nil {
+				a.Throttle = "t:" + k
+			} else {
+				err = fmt.Errorf("throttle key: %w", err)
+			}
+		}
+	}
+	if err != nil {
+		// A key expression that fails counts as retry (SPEC §13).
+		err = fmt.Errorf("flow control: %w", err)
+		fs.r.tally.read.Add(1)
+		dec := fs.r.policy.Decide(d, Retry(), err, now)
+		dec.Cause = err
+		fs.r.logDecision(d, dec, err)
+		fs.q.Unhold(1)
+		fs.decisions <- dec
+		return
+	}
+	fs.parked = append(fs.parked, &flowWait{d: d, admit: a})
+}
+
+func (fs *flowStage) finish1(fd flowDone) {
+	fs.slots++
+	fs.releases = append(fs.releases, fd)
+}
+
+// returnParked hands every waiting delivery back to the source (at a stop).
+func (fs *flowStage) returnParked() {
+	if len(fs.parked) == 0 || fs.returner == nil {
+		return
+	}
+	ds := make([]*Delivery, len(fs.parked))
+	for i, w := range fs.parked {
+		ds[i] = w.d
+	}
+	fs.parked = nil
+	fs.returner.Return(ds)
+	fs.q.Unhold(len(ds))
+}
+
+// round is one store round: releases, due renewals and, when admit, admissions. It reports
+// whether the store answered.
+func (fs *flowStage) round(ctx context.Context, admit bool) bool {
+	now := time.Now()
+	r := &FlowRound{Lease: fs.lease}
+	rel := fs.releases
+	if len(rel) > flowMaxRound {
+		rel = rel[:flowMaxRound]
+	}
+	for _, fd := range rel {
+		t := fs.running[fd.d]
+		x := FlowRelease{FlowLease: t.lease}
+		if fs.f.Dedupe != nil && !fd.returned && (fd.dec.Label == KindAck.String() || fd.dec.Label == KindDrop.String()) {
+			x.Window = fs.f.Dedupe.Window
+		}
+		r.Releases = append(r.Releases, x)
+	}
+	var renewing []*Delivery
+	if !fs.renewAt.IsZero() && !now.Before(fs.renewAt) {
+		for d, t := range fs.running {
+			if len(r.Renews) >= 4*flowMaxRound {
+				break
+			}
+			renewing = append(renewing, d)
+			r.Renews = append(r.Renews, t.lease)
+		}
+	}
+	var asked []*flowWait
+	if admit && fs.slots > 0 {
+		r.Max = fs.slots
+		asked = fs.parked
+		if len(asked) > flowMaxRound {
+			asked = asked[:flowMaxRound]
+		}
+		for _, w := range asked {
+			r.Admits = append(r.Admits, w.admit)
+		}
+	}
+	if len(r.Releases)+len(r.Renews)+len(r.Admits) == 0 {
+		return true
+	}
+	if err := fs.f.Store.Round(ctx, r); err != nil {
+		fs.r.metrics.SourceError()
+		if !fs.failing {
+			fs.failing = true
+			fs.r.log.Warn().Err(err).Msg("flow control: store round failed; retrying with backoff")
+		}
+		return false
+	}
+	if fs.failing {
+		fs.failing = false
+		fs.r.log.Info().Msg("flow control: store recovered")
+	}
+
+	// Releases are done: their decisions go to the settler.
+	fs.releases = fs.releases[len(rel):]
+	for _, fd := range rel {
+		delete(fs.running, fd.d)
+		if !fd.returned {
+			fs.decisions <- fd.dec
+		}
+	}
+	if len(r.Renews) > 0 {
+		fs.renewAt = now.Add(fs.lease / 3)
+		for _, i := range r.Lost {
+			d := renewing[i]
+			fs.r.log.Warn().Str(FieldKey, d.Key).Str(FieldID, d.ID).
+				Msg("flow control: a running delivery's lease expired before it was renewed; its key may run twice")
+		}
+	}
+	if len(fs.running) == 0 {
+		fs.renewAt = time.Time{}
+	}
+
+	progressed := false
+	keep := fs.parked[:0]
+	for i, w := range fs.parked {
+		if i >= len(asked) {
+			keep = append(keep, w)
+			continue
+		}
+		v := r.Verdicts[i]
+		switch v.Kind {
+		case FlowAdmitted:
+			progressed = true
+			fs.running[w.d] = &flowTicket{lease: FlowLease{Token: w.admit.Token, Conc: w.admit.Conc, Dedupe: w.admit.Dedupe}}
+			if fs.renewAt.IsZero() {
+				fs.renewAt = now.Add(fs.lease / 3)
+			}
+			fs.slots--
+			fs.admitted <- w.d
+		case FlowDuplicate:
+			progressed = true
+			fs.r.tally.read.Add(1)
+			dec := Decision{Settlement: Settlement{Delivery: w.d, Action: ActAck}, Label: LabelDuplicate}
+			fs.r.logDecision(w.d, dec, nil)
+			fs.q.Unhold(1)
+			fs.decisions <- dec
+		default:
+			if v.RetryIn > 0 && v.RetryIn < fs.poll {
+				fs.poll = max(v.RetryIn, time.Millisecond)
+			}
+			keep = append(keep, w)
+		}
+	}
+	clear(fs.parked[len(keep):])
+	fs.parked = keep
+	if progressed {
+		fs.poll = flowPollMin
+	}
+	return true
+}
+
+func (fs *flowStage) nextPoll() time.Duration {
+	p := fs.poll
+	fs.poll = min(fs.poll*2, flowPollMax)
+	return p
+}
+
+func (fs *flowStage) backoff() time.Duration { return 200 * time.Millisecond }
+
+// flushUnreleased passes on the decisions whose leases could not be released before the end
+// of the grace period: the leases expire by themselves.
+func (fs *flowStage) flushUnreleased() {
+	for _, fd := range fs.releases {
+		if !fd.returned {
+			fs.decisions <- fd.dec
+		}
+	}
+	fs.releases = nil
+}

@@ -1,0 +1,215 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// headerKey is a KeyFunc reading one header; a missing header fails, as a key expression may.
+type headerKey string
+
+func (h headerKey) FlowKey(d *Delivery) (string, error) {
+	v, ok := d.Headers[string(h)]
+	if !ok {
+		return "", errors.New("no " + string(h))
+	}
+	return v, nil
+}
+
+func keyed(n int, keys ...string) []*Delivery {
+	ds := deliveries(n)
+	for i, d := range ds {
+		d.Headers["k"] = keys[i%len(keys)]
+	}
+	return ds
+}
+
+func TestFlowConcurrencyKeyLimitOneKeepsOrderAndNeverOverlaps(t *testing.T) {
+	src := &fakeSource{deliveries: keyed(60, "a", "b", "c"), batch: 10}
+	var mu sync.Mutex
+	running := map[string]int{}
+	order := map[string][]int{}
+	overlap := atomic.Bool{}
+	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
+		k := d.Headers["k"]
+		mu.Lock()
+		running[k]++
+		if running[k] > 1 {
+			overlap.Store(true)
+		}
+		n, _ := strconv.Atoi(d.ID)
+		order[k] = append(order[k], n)
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+		mu.Lock()
+		running[k]--
+		mu.Unlock()
+		return Result{Outcome: Ack()}
+	})
+	p.Concurrency = 8
+	p.Flow = &Flow{Concurrency: &ConcurrencyKey{Key: headerKey("k"), Limit: 1}}
+	if err := run(t, context.Background(), Options{}, p); err != nil {
+		t.Fatal(err)
+	}
+	if overlap.Load() {
+		t.Fatal("two handlers of one key ran at once")
+	}
+	settled, _, _ := src.snapshot()
+	if len(settled) != 60 {
+		t.Fatalf("settled %d, want 60", len(settled))
+	}
+	for k, ids := range order {
+		for i := 1; i < len(ids); i++ {
+			if ids[i] < ids[i-1] {
+				t.Fatalf("key %s handled out of read order: %v", k, ids)
+			}
+		}
+	}
+}
+
+func TestFlowConcurrencyKeyLimitBoundsPerKey(t *testing.T) {
+	src := &fakeSource{deliveries: keyed(40, "a"), batch: 10}
+	var cur, peak atomic.Int32
+	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
+		n := cur.Add(1)
+		for {
+			m := peak.Load()
+			if n <= m || peak.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+		cur.Add(-1)
+		return Result{Outcome: Ack()}
+	})
+	p.Concurrency = 8
+	p.Flow = &Flow{Concurrency: &ConcurrencyKey{Key: headerKey("k"), Limit: 3}}
+	if err := run(t, context.Background(), Options{}, p); err != nil {
+		t.Fatal(err)
+	}
+	if got := peak.Load(); got > 3 || got < 2 {
+		t.Fatalf("peak handlers of one key = %d, want at most 3 (and more than 1)", got)
+	}
+}
+
+func TestFlowThrottleStartsPerPeriod(t *testing.T) {
+	src := &fakeSource{deliveries: keyed(12, "x"), batch: 12}
+	var mu sync.Mutex
+	var starts []time.Time
+	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		mu.Unlock()
+		return Result{Outcome: Ack()}
+	})
+	period := 100 * time.Millisecond
+	p.Flow = &Flow{Throttle: &Throttle{Limit: 4, Period: period}}
+	begin := time.Now()
+	if err := run(t, context.Background(), Options{}, p); err != nil {
+		t.Fatal(err)
+	}
+	if len(starts) != 12 {
+		t.Fatalf("%d starts, want 12", len(starts))
+	}
+	// Any window of one period holds at most 4 starts; 12 starts need at least two periods.
+	for i := 4; i < len(starts); i++ {
+		if starts[i].Sub(starts[i-4]) < period-5*time.Millisecond {
+			t.Fatalf("start %d came %v after start %d: more than 4 per %v", i, starts[i].Sub(starts[i-4]), i-4, period)
+		}
+	}
+	if el := time.Since(begin); el < 2*period-10*time.Millisecond {
+		t.Fatalf("12 starts at 4 per %v took only %v", period, el)
+	}
+}
+
+func TestFlowDedupe(t *testing.T) {
+	ds := keyed(6, "a", "b", "a", "c", "b", "a")
+	ds = append(ds, &Delivery{Message: Message{Key: "in", ID: "7", Headers: map[string]string{}}}) // no key: retry
+	src := &fakeSource{deliveries: ds, batch: 7}
+	var handled sync.Map
+	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
+		if _, dup := handled.LoadOrStore(d.Headers["k"], d.ID); dup {
+			return Result{Err: fmt.Errorf("key %s handled twice", d.Headers["k"])}
+		}
+		if d.Headers["k"] == "c" {
+			return Result{Outcome: Drop()}
+		}
+		return Result{Outcome: Ack()}
+	})
+	m := newCounting()
+	p.Flow = &Flow{Dedupe: &Dedupe{Key: headerKey("k"), Window: time.Minute}}
+	if err := run(t, context.Background(), Options{Metrics: m}, p); err != nil {
+		t.Fatal(err)
+	}
+	got := m.counts()
+	if got["ack"] != 2 || got["drop"] != 1 || got[LabelDuplicate] != 3 || got["retry"] != 1 {
+		t.Fatalf("outcomes %v, want 2 ack, 1 drop, 3 duplicate, 1 retry (the key that failed)", got)
+	}
+}
+
+func TestFlowDedupeReleasedOnRetry(t *testing.T) {
+	// The first delivery of key a retries: its key is released, so the second is handled.
+	ds := keyed(2, "a")
+	src := &fakeSource{deliveries: ds, batch: 2, caps: Capabilities{Ack: true}}
+	var calls atomic.Int32
+	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
+		if calls.Add(1) == 1 {
+			return Result{Outcome: Retry()}
+		}
+		return Result{Outcome: Ack()}
+	})
+	p.Flow = &Flow{Dedupe: &Dedupe{Key: headerKey("k"), Window: time.Minute}}
+	if err := run(t, context.Background(), Options{}, p); err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() != 2 {
+		t.Fatalf("handler ran %d times, want 2 (a retry releases the key)", calls.Load())
+	}
+}
+
+// counting is a Metrics that counts outcomes.
+type counting struct {
+	noMetrics
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func newCounting() *counting                        { return &counting{m: map[string]int{}} }
+func (c *counting) Pipeline(string) PipelineMetrics { return c }
+func (c *counting) Outcome(l string) {
+	c.mu.Lock()
+	c.m[l]++
+	c.mu.Unlock()
+}
+func (c *counting) counts() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range c.m {
+		out[k] = v
+	}
+	return out
+}
+
+func TestMemFlowStoreLeaseExpires(t *testing.T) {
+	m := NewMemFlowStore()
+	now := time.Now()
+	m.now = func() time.Time { return now }
+	r := &FlowRound{Lease: time.Second, Max: 2, Admits: []FlowAdmit{{Token: "1", Conc: "c:a", ConcLimit: 1}, {Token: "2", Conc: "c:a", ConcLimit: 1}}}
+	_ = m.Round(context.Background(), r)
+	if r.Verdicts[0].Kind != FlowAdmitted || r.Verdicts[1].Kind != FlowWait || r.Verdicts[1].RetryIn != time.Second {
+		t.Fatalf("verdicts %+v", r.Verdicts)
+	}
+	now = now.Add(time.Second) // the holder crashed: its lease runs out
+	r = &FlowRound{Lease: time.Second, Max: 1, Admits: []FlowAdmit{{Token: "2", Conc: "c:a", ConcLimit: 1}}}
+	_ = m.Round(context.Background(), r)
+	if r.Verdicts[0].Kind != FlowAdmitted {
+		t.Fatalf("after the lease expired: %+v", r.Verdicts)
+	}
+}
