@@ -13,6 +13,7 @@ import (
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/handlers"
 	"github.com/flowrun/flowrun/transports"
+	"github.com/flowrun/flowrun/transports/redisflow"
 )
 
 // wiring turns a validated configuration into running parts: sources, handlers, sinks and the
@@ -57,6 +58,10 @@ func (w *wiring) pipelines(ctx context.Context, selected []*config.Pipeline) ([]
 				return nil, err
 			}
 		}
+		flow, err := w.flow(p)
+		if err != nil {
+			return nil, err
+		}
 		out = append(out, &engine.Pipeline{
 			Name:            p.Name,
 			Source:          src,
@@ -66,10 +71,43 @@ func (w *wiring) pipelines(ctx context.Context, selected []*config.Pipeline) ([]
 			DeadLetter:      p.DeadLetter,
 			ShutdownTimeout: p.ShutdownTimeout,
 			MaxHeld:         p.MaxHeld,
+			Flow:            flow,
 			Logger:          log,
 		})
 	}
 	return out, nil
+}
+
+// flow builds a pipeline's flow control (SPEC §13): its state lives in the source's Redis, so
+// every process running the pipeline shares it, or in the process for file and pipe sources.
+func (w *wiring) flow(p *config.Pipeline) (*engine.Flow, error) {
+	f := p.Flow
+	if f.Blocks() == 0 {
+		return nil, nil
+	}
+	ef := &engine.Flow{Lease: f.Lease()}
+	if c := f.Concurrency; c != nil {
+		ef.Concurrency = &engine.ConcurrencyKey{Key: c.Key, Limit: c.Limit}
+	}
+	if t := f.Throttle; t != nil {
+		ef.Throttle = &engine.Throttle{Limit: t.Limit, Period: t.Period}
+		if t.Key != nil {
+			ef.Throttle.Key = t.Key
+		}
+	}
+	if d := f.Dedupe; d != nil {
+		ef.Dedupe = &engine.Dedupe{Key: d.Key, Window: d.Window}
+	}
+	if p.Source.IsRedis() {
+		c, err := w.client(p.Source.Redis)
+		if err != nil {
+			return nil, fmt.Errorf("pipeline %s: flow control: %w", p.Name, err)
+		}
+		ef.Store = redisflow.New(c, p.Name)
+	} else {
+		ef.Store = engine.NewMemFlowStore()
+	}
+	return ef, nil
 }
 
 // goHandler provisions and starts a pipeline's compiled Go handler. Its Redis emits that name

@@ -105,6 +105,7 @@ type Pipeline struct {
 	MaxHeld         int           // runtime delayed copies held at once; default 10000
 	Rules           *rules.RuleSet
 	Handler         *Handler
+	Flow            *Flow // concurrency_key, throttle, dedupe (SPEC §13); nil: none
 	// CanRetry is true when a rule's outcome or the otherwise expression may produce retry or
 	// retry_after (judged from the names the expression uses), and always for a Go handler.
 	CanRetry  bool

@@ -23,6 +23,7 @@ var pipelineSchema = &hcl.BodySchema{
 		{Type: "source", LabelNames: []string{"kind"}},
 		{Type: "rule", LabelNames: []string{"name"}},
 		{Type: "handler", LabelNames: []string{"name"}},
+		{Type: "concurrency_key"}, {Type: "throttle"}, {Type: "dedupe"},
 	},
 }
 
@@ -50,7 +51,7 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 	}
 	content, diags := block.Body.Content(d.schemas.pipeline)
 
-	var sources, ruleBlocks, handlers []*hcl.Block
+	var sources, ruleBlocks, handlers, flowBlocks []*hcl.Block
 	var sourceBody *hcl.BodyContent
 	for _, b := range content.Blocks {
 		switch b.Type {
@@ -60,6 +61,8 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 			ruleBlocks = append(ruleBlocks, b)
 		case "handler":
 			handlers = append(handlers, b)
+		case "concurrency_key", "throttle", "dedupe":
+			flowBlocks = append(flowBlocks, b)
 		}
 	}
 
@@ -84,6 +87,10 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 			})
 		}
 	}
+
+	flow, ds := d.decodeFlowBlocks(flowBlocks)
+	diags = append(diags, ds...)
+	pl.Flow = flow
 
 	attrs := content.Attributes
 	opt(attrs, "concurrency", d.count, &pl.Concurrency, &diags)

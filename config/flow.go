@@ -1,0 +1,166 @@
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/flowrun/flowrun/rules"
+)
+
+// Flow is a pipeline's flow control (SPEC §13): any of its three blocks, each nil when absent.
+type Flow struct {
+	Concurrency *ConcurrencyKey
+	Throttle    *Throttle
+	Dedupe      *Dedupe
+}
+
+// ConcurrencyKey is `concurrency_key {}`.
+type ConcurrencyKey struct {
+	Key   *rules.Key
+	Limit int
+	// Lease is how long a key stays taken by a process that stopped renewing it (crashed):
+	// `lease`, default DefaultLease.
+	Lease     time.Duration
+	DeclRange hcl.Range
+}
+
+// Throttle is `throttle {}`.
+type Throttle struct {
+	Key       *rules.Key // nil: one budget for the pipeline
+	Limit     int
+	Period    time.Duration
+	DeclRange hcl.Range
+}
+
+// Dedupe is `dedupe {}`.
+type Dedupe struct {
+	Key    *rules.Key
+	Window time.Duration
+	// Lease is how long a claim stays taken by a process that stopped renewing it (crashed):
+	// `lease`, default DefaultLease.
+	Lease     time.Duration
+	DeclRange hcl.Range
+}
+
+// DefaultLease is how long a crashed process can keep a concurrency key or a dedupe claim.
+const DefaultLease = 30 * time.Second
+
+// Lease is the shortest lease of the blocks that take one.
+func (f *Flow) Lease() time.Duration {
+	l := time.Duration(0)
+	if f.Concurrency != nil {
+		l = f.Concurrency.Lease
+	}
+	if f.Dedupe != nil && (l == 0 || f.Dedupe.Lease < l) {
+		l = f.Dedupe.Lease
+	}
+	if l == 0 {
+		l = DefaultLease
+	}
+	return l
+}
+
+// Blocks returns how many flow-control blocks are declared.
+func (f *Flow) Blocks() int {
+	if f == nil {
+		return 0
+	}
+	n := 0
+	if f.Concurrency != nil {
+		n++
+	}
+	if f.Throttle != nil {
+		n++
+	}
+	if f.Dedupe != nil {
+		n++
+	}
+	return n
+}
+
+var flowBlockSchemas = map[string]*hcl.BodySchema{
+	"concurrency_key": {Attributes: []hcl.AttributeSchema{{Name: "key"}, {Name: "limit"}, {Name: "lease"}}},
+	"throttle":        {Attributes: []hcl.AttributeSchema{{Name: "limit"}, {Name: "period"}, {Name: "key"}}},
+	"dedupe":          {Attributes: []hcl.AttributeSchema{{Name: "key"}, {Name: "window"}, {Name: "lease"}}},
+}
+
+// decodeFlowBlocks decodes a pipeline's concurrency_key, throttle and dedupe blocks (at most one
+// of each); nil when there are none.
+func (d *fileDecoder) decodeFlowBlocks(blocks []*hcl.Block) (*Flow, hcl.Diagnostics) {
+	if len(blocks) == 0 {
+		return nil, nil
+	}
+	var diags hcl.Diagnostics
+	f := &Flow{}
+	seen := map[string]hcl.Range{}
+	for _, b := range blocks {
+		if prev, dup := seen[b.Type]; dup {
+			diags = append(diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "Duplicate " + b.Type + " block",
+				Detail:   fmt.Sprintf("A pipeline has at most one %q block; the first is declared at %s.", b.Type, where(prev)),
+				Subject:  b.DefRange.Ptr(),
+			})
+			continue
+		}
+		seen[b.Type] = b.DefRange
+		content, ds := b.Body.Content(flowBlockSchemas[b.Type])
+		diags = append(diags, ds...)
+		attrs := content.Attributes
+		in := "in a " + b.Type + " block"
+		switch b.Type {
+		case "concurrency_key":
+			c := &ConcurrencyKey{Lease: DefaultLease, DeclRange: b.DefRange}
+			c.Key = d.flowKey(b, attrs, true, &diags)
+			if !opt(attrs, "limit", d.count, &c.Limit, &diags) {
+				diags = append(diags, missingArg(b, "limit", in))
+			}
+			opt(attrs, "lease", d.dec().PositiveDuration, &c.Lease, &diags)
+			f.Concurrency = c
+		case "throttle":
+			t := &Throttle{DeclRange: b.DefRange}
+			t.Key = d.flowKey(b, attrs, false, &diags)
+			if !opt(attrs, "limit", d.count, &t.Limit, &diags) {
+				diags = append(diags, missingArg(b, "limit", in))
+			}
+			if !opt(attrs, "period", d.dec().PositiveDuration, &t.Period, &diags) {
+				diags = append(diags, missingArg(b, "period", in))
+			}
+			f.Throttle = t
+		case "dedupe":
+			x := &Dedupe{Lease: DefaultLease, DeclRange: b.DefRange}
+			x.Key = d.flowKey(b, attrs, true, &diags)
+			if !opt(attrs, "window", d.dec().PositiveDuration, &x.Window, &diags) {
+				diags = append(diags, missingArg(b, "window", in))
+			}
+			opt(attrs, "lease", d.dec().PositiveDuration, &x.Lease, &diags)
+			f.Dedupe = x
+		}
+	}
+	return f, diags
+}
+
+// flowKey compiles a block's key expression with the rules' environment; its errors point
+// inside the quoted string.
+func (d *fileDecoder) flowKey(b *hcl.Block, attrs hcl.Attributes, required bool, diags *hcl.Diagnostics) *rules.Key {
+	a, ok := attrs["key"]
+	if !ok {
+		if required {
+			*diags = append(*diags, missingArg(b, "key", "in a "+b.Type+" block"))
+		}
+		return nil
+	}
+	es, ds := d.exprSource(a.Expr, `"key"`)
+	*diags = append(*diags, ds...)
+	if ds.HasErrors() {
+		return nil
+	}
+	k, err := rules.CompileKey(es.text)
+	if err != nil {
+		*diags = append(*diags, es.compileDiag("Invalid "+b.Type+" key", err))
+		return nil
+	}
+	return k
+}

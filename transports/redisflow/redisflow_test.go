@@ -1,0 +1,181 @@
+package redisflow
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/internal/redistest"
+)
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
+
+// stores returns the Redis store and the in-process one: both must decide alike.
+func stores(t *testing.T, pipeline string) map[string]engine.FlowStore {
+	_, c := redistest.Fresh(t)
+	return map[string]engine.FlowStore{"redis": New(c, pipeline), "mem": engine.NewMemFlowStore()}
+}
+
+func round(t *testing.T, s engine.FlowStore, r *engine.FlowRound) []engine.FlowVerdictKind {
+	t.Helper()
+	if r.Lease == 0 {
+		r.Lease = 10 * time.Second
+	}
+	if r.Max == 0 {
+		r.Max = 100
+	}
+	if err := s.Round(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]engine.FlowVerdictKind, len(r.Verdicts))
+	for i, v := range r.Verdicts {
+		out[i] = v.Kind
+	}
+	return out
+}
+
+const (
+	W = engine.FlowWait
+	A = engine.FlowAdmitted
+	D = engine.FlowDuplicate
+)
+
+func same(t *testing.T, what string, got []engine.FlowVerdictKind, want ...engine.FlowVerdictKind) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: verdicts %v, want %v", what, got, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("%s: verdicts %v, want %v (0 wait, 1 admitted, 2 duplicate)", what, got, want)
+		}
+	}
+}
+
+func conc(tok, key string, limit int) engine.FlowAdmit {
+	return engine.FlowAdmit{Token: tok, Conc: "c:" + key, ConcLimit: limit}
+}
+
+func TestConcurrencyKey(t *testing.T) {
+	for name, s := range stores(t, "p1") {
+		t.Run(name, func(t *testing.T) {
+			got := round(t, s, &engine.FlowRound{Admits: []engine.FlowAdmit{
+				conc("1", "a", 2), conc("2", "a", 2), conc("3", "a", 2), conc("4", "b", 2),
+			}})
+			same(t, "first round", got, A, A, W, A)
+			// Order per key: nothing of a starts ahead of 3 while 3 waits.
+			got = round(t, s, &engine.FlowRound{
+				Releases: []engine.FlowRelease{{FlowLease: engine.FlowLease{Token: "1", Conc: "c:a"}}},
+				Admits:   []engine.FlowAdmit{conc("3", "a", 2), conc("5", "a", 2)},
+			})
+			same(t, "after a release", got, A, W)
+			// Max bounds what one round admits.
+			got = round(t, s, &engine.FlowRound{Max: 1, Admits: []engine.FlowAdmit{conc("6", "x", 5), conc("7", "y", 5)}})
+			same(t, "max", got, A, W)
+		})
+	}
+}
+
+func TestLeaseExpiresAndRenewal(t *testing.T) {
+	for name, s := range stores(t, "p2") {
+		t.Run(name, func(t *testing.T) {
+			lease := 300 * time.Millisecond
+			same(t, "take", round(t, s, &engine.FlowRound{Lease: lease, Admits: []engine.FlowAdmit{conc("1", "a", 1), conc("2", "b", 1)}}), A, A)
+			// 1 is renewed, 2 is not (its holder crashed).
+			time.Sleep(200 * time.Millisecond)
+			r := &engine.FlowRound{Lease: lease, Renews: []engine.FlowLease{{Token: "1", Conc: "c:a"}}}
+			round(t, s, r)
+			if len(r.Lost) != 0 {
+				t.Fatalf("renewal lost %v", r.Lost)
+			}
+			time.Sleep(200 * time.Millisecond)
+			same(t, "after expiry", round(t, s, &engine.FlowRound{Lease: lease, Admits: []engine.FlowAdmit{conc("3", "a", 1), conc("4", "b", 1)}}), W, A)
+			r = &engine.FlowRound{Lease: lease, Renews: []engine.FlowLease{{Token: "2", Conc: "c:b"}}}
+			round(t, s, r)
+			if len(r.Lost) != 1 || r.Lost[0] != 0 {
+				t.Fatalf("an expired lease renewed: lost %v", r.Lost)
+			}
+		})
+	}
+}
+
+func TestDedupe(t *testing.T) {
+	for name, s := range stores(t, "p3") {
+		t.Run(name, func(t *testing.T) {
+			dd := func(tok, k string) engine.FlowAdmit { return engine.FlowAdmit{Token: tok, Dedupe: "d:" + k} }
+			same(t, "claim", round(t, s, &engine.FlowRound{Admits: []engine.FlowAdmit{dd("1", "a"), dd("2", "a"), dd("3", "b")}}), A, W, A)
+			// 1 succeeded (kept for the window), 3 retried (released).
+			got := round(t, s, &engine.FlowRound{
+				Releases: []engine.FlowRelease{
+					{FlowLease: engine.FlowLease{Token: "1", Dedupe: "d:a"}, Window: time.Minute},
+					{FlowLease: engine.FlowLease{Token: "3", Dedupe: "d:b"}},
+				},
+				Admits: []engine.FlowAdmit{dd("2", "a"), dd("4", "b")},
+			})
+			same(t, "after", got, D, A)
+			// A stale release (another token) never unmarks a key.
+			same(t, "stale", round(t, s, &engine.FlowRound{
+				Releases: []engine.FlowRelease{{FlowLease: engine.FlowLease{Token: "1", Dedupe: "d:b"}}},
+				Admits:   []engine.FlowAdmit{dd("5", "b")},
+			}), W)
+		})
+	}
+}
+
+func TestThrottleSlidingWindow(t *testing.T) {
+	for name, s := range stores(t, "p4") {
+		t.Run(name, func(t *testing.T) {
+			th := func(tok string) engine.FlowAdmit {
+				return engine.FlowAdmit{Token: tok, Throttle: "t", ThrottleLimit: 2, Period: 300 * time.Millisecond}
+			}
+			r := &engine.FlowRound{Admits: []engine.FlowAdmit{th("1"), th("2"), th("3")}}
+			same(t, "burst", round(t, s, r), A, A, W)
+			if in := r.Verdicts[2].RetryIn; in <= 200*time.Millisecond || in > 300*time.Millisecond {
+				t.Fatalf("retry in %v, want about the period", in)
+			}
+			time.Sleep(310 * time.Millisecond)
+			same(t, "next window", round(t, s, &engine.FlowRound{Admits: []engine.FlowAdmit{th("3"), th("4"), th("5")}}), A, A, W)
+		})
+	}
+}
+
+// Every key the store writes carries an expiry and lives in the pipeline's slot.
+func TestKeysExpireAndShareASlot(t *testing.T) {
+	_, c := redistest.Fresh(t)
+	s := New(c, "orders")
+	round(t, s, &engine.FlowRound{Admits: []engine.FlowAdmit{
+		{Token: "1", Dedupe: "d:x", Conc: "c:x", ConcLimit: 1, Throttle: "t:x", ThrottleLimit: 5, Period: time.Second},
+	}})
+	round(t, s, &engine.FlowRound{Releases: []engine.FlowRelease{{FlowLease: engine.FlowLease{Token: "2", Dedupe: "d:y"}}},
+		Admits: []engine.FlowAdmit{{Token: "2", Dedupe: "d:y"}}})
+	round(t, s, &engine.FlowRound{Releases: []engine.FlowRelease{{FlowLease: engine.FlowLease{Token: "2", Dedupe: "d:y"}, Window: time.Hour}}})
+	keys := c.Keys(context.Background(), "*").Val()
+	if len(keys) != 4 {
+		t.Fatalf("keys %v", keys)
+	}
+	for _, k := range keys {
+		if k[:len("flowrun:{orders}:")] != "flowrun:{orders}:" {
+			t.Fatalf("key %q outside the pipeline's namespace", k)
+		}
+		if ttl := c.PTTL(context.Background(), k).Val(); ttl <= 0 {
+			t.Fatalf("key %q has no expiry (%v)", k, ttl)
+		}
+	}
+}
+
+func TestCluster(t *testing.T) {
+	srv := redistest.StartCluster(t)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}})
+	defer c.Close()
+	s := New(c, "payouts")
+	got := round(t, s, &engine.FlowRound{Admits: []engine.FlowAdmit{
+		{Token: "1", Dedupe: "d:a", Conc: "c:a", ConcLimit: 1, Throttle: "t:x", ThrottleLimit: 10, Period: time.Second},
+		{Token: "2", Dedupe: "d:b", Conc: "c:a", ConcLimit: 1},
+		{Token: "3", Dedupe: "d:c", Conc: "c:zz", ConcLimit: 1},
+	}})
+	same(t, "cluster", got, A, W, A)
+}
