@@ -341,3 +341,29 @@ func TestFlowCrashedLeaseExpires(t *testing.T) {
 	b.wait(20 * time.Second)
 	assertFlowKeysExpire(t, c, "crash")
 }
+
+// Claimed entries that wait for their key are kept from looking idle (SPEC §13, §4): with six
+// entries of one key and a handler of 400ms, entries wait in a process well past min_idle, yet
+// the other process never claims one of them, so none runs twice.
+func TestFlowWaitingClaimedEntriesKeptAlive(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	tg := flowTarget{"standalone", fmt.Sprintf("redis \"main\" {\n  url = %q\n}\n", "redis://"+srv.Addr+"/0"), c}
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "spans.log")
+	hcl := flowPipeline(tg, "ka", "ka.in", logPath, "0.4", `  concurrency_key {
+    key   = "headers['k']"
+    limit = 1
+  }`)
+	hcl = strings.Replace(hcl, `source "stream" {`, `source "claiming" {
+    min_idle = "1s"`, 1)
+	hcl = strings.Replace(hcl, "batch  = 2", "batch  = 6", 1)
+	cfg := writeFile(t, dir, "flow.hcl", hcl)
+	addKeyed(t, c, "ka.in", "x", "x", "x", "x", "x", "x")
+	a, b := twoProcesses(t, cfg)
+	drained(t, c, "ka.in", 6)
+	stopBoth(t, a, b)
+	if n := len(spans(t, logPath)); n != 6 {
+		t.Fatalf("%d handler runs for 6 entries: a waiting entry was claimed by the other process", n)
+	}
+}
