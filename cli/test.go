@@ -89,6 +89,15 @@ func runTest(ctx context.Context, cfg *config.Config, t *config.Test) []string {
 	if t.Expect.HasEmits {
 		problems = append(problems, compareEmits(res.Emits, t.Expect.Emits)...)
 	}
+	for _, k := range t.Expect.Keys {
+		got, err := k.Key.FlowKey(testDelivery(t.Message))
+		switch {
+		case err != nil:
+			problems = append(problems, fmt.Sprintf("%s: the key expression failed: %v", k.Attr, err))
+		case got != k.Want:
+			problems = append(problems, fmt.Sprintf("%s: got %q, want %q", k.Attr, got, k.Want))
+		}
+	}
 	return problems
 }
 

@@ -81,6 +81,35 @@ pipeline "emits" {
   out_retry = "again"
   handler "clitest-emits" {}
 }
+
+pipeline "onekey" {
+  source "pipe" {}
+  out_retry = "again"
+  concurrency_key {
+    key   = "payload.customer"
+    limit = 1
+  }
+  rule "ok" { outcome = "ack" }
+}
+
+pipeline "keys" {
+  source "pipe" {}
+  out_retry = "again"
+  concurrency_key {
+    key   = "payload.customer"
+    limit = 1
+  }
+  throttle {
+    limit  = 5
+    period = "1s"
+    key    = "headers['tenant']"
+  }
+  dedupe {
+    key    = "payload.id"
+    window = "1h"
+  }
+  rule "ok" { outcome = "ack" }
+}
 `
 
 func TestCmdTest(t *testing.T) {
@@ -205,6 +234,32 @@ func TestCmdTest(t *testing.T) {
 		{name: "own handler panics", test: `
   pipeline = "panics"
   expect { outcome = "ack" }`, out: `handler "clitest-panics" panicked: boom`},
+		{name: "the only flow-control key", test: `
+  pipeline = "onekey"
+  message { payload = jsonencode({ customer = "c-1" }) }
+  expect { key = "c-1" }`},
+		{name: "the only flow-control key differs", test: `
+  pipeline = "onekey"
+  message { payload = jsonencode({ customer = "c-1" }) }
+  expect {
+    outcome = "ack"
+    key     = "c-2"
+  }`, out: `key: got "c-1", want "c-2"`},
+		{name: "each flow-control key", test: `
+  pipeline = "keys"
+  message {
+    payload = jsonencode({ customer = "c-1", id = 7 })
+    headers = { tenant = "acme" }
+  }
+  expect {
+    concurrency_key = "c-1"
+    throttle_key    = "acme"
+    dedupe_key      = "7"
+  }`},
+		{name: "a flow-control key that fails", test: `
+  pipeline = "keys"
+  message { payload = jsonencode({ id = 7 }) }
+  expect { concurrency_key = "c-1" }`, out: `concurrency_key: the key expression failed: key expression gave nil`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

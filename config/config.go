@@ -107,7 +107,8 @@ type Pipeline struct {
 	Handler         *Handler
 	Flow            *Flow // concurrency_key, throttle, dedupe (SPEC §13); nil: none
 	// CanRetry is true when a rule's outcome or the otherwise expression may produce retry or
-	// retry_after (judged from the names the expression uses), and always for a Go handler.
+	// retry_after (judged from the names the expression uses), and always for a Go handler or
+	// a pipeline with flow control (a key expression that fails is a retry).
 	CanRetry  bool
 	DeclRange hcl.Range
 
@@ -194,6 +195,9 @@ type TestExpect struct {
 	// (`emits = []` asserts that nothing is emitted).
 	Emits    []TestEmit
 	HasEmits bool
+	// Keys are the expected flow-control keys (`key`, `concurrency_key`, `throttle_key`,
+	// `dedupe_key`); with keys and no outcome, a test checks the keys only.
+	Keys []ExpectKey
 
 	outcomeRange hcl.Range // the outcome attribute's value
 }

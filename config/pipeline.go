@@ -158,6 +158,9 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 	if pl.Handler != nil {
 		pl.CanRetry = true // a Go handler may return anything
 	}
+	if pl.Flow != nil {
+		pl.CanRetry = true // a key expression that fails is a retry (SPEC §13)
+	}
 
 	if pl.Source != nil {
 		diags = append(diags, d.decodeSourceConfig(pl, sources[0], sourceBody, block, attrs)...)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/handlers"
+	"github.com/flowrun/flowrun/rules"
 )
 
 var testSchema = &hcl.BodySchema{
@@ -25,6 +26,7 @@ var messageSchema = &hcl.BodySchema{
 var expectSchema = &hcl.BodySchema{
 	Attributes: []hcl.AttributeSchema{
 		{Name: "outcome"}, {Name: "min_delay"}, {Name: "max_delay"}, {Name: "reason"}, {Name: "emits"},
+		{Name: "key"}, {Name: "concurrency_key"}, {Name: "throttle_key"}, {Name: "dedupe_key"},
 	},
 }
 
@@ -140,7 +142,19 @@ func (d *fileDecoder) decodeTestExpect(block *hcl.Block, e *TestExpect) hcl.Diag
 			}
 			e.Outcome, e.Want, e.AnyDelay, parsed = v, o, anyDelay, err == nil
 		}
-	} else {
+	}
+
+	// Flow-control keys (SPEC §13); checked against the pipeline's blocks in the merge pass.
+	for _, name := range flowKeyAttrs {
+		a, ok := content.Attributes[name]
+		if !ok {
+			continue
+		}
+		v, ds := d.str(a)
+		diags = append(diags, ds...)
+		e.Keys = append(e.Keys, ExpectKey{Attr: name, Want: v, rng: a.NameRange})
+	}
+	if _, ok := content.Attributes["outcome"]; !ok && len(e.Keys) == 0 {
 		diags = append(diags, missingArg(block, "outcome", "in an expect block"))
 	}
 
@@ -342,6 +356,9 @@ func ParseOutcome(s string) (o engine.Outcome, anyDelay bool, err error) {
 // same delay, or, written without one, any delay within min_delay and max_delay; for dead_letter
 // a reason that contains the expected one.
 func (e *TestExpect) Matches(o engine.Outcome) bool {
+	if e.Outcome == "" {
+		return true // the test checks keys only
+	}
 	if o.Kind != e.Want.Kind {
 		return false
 	}
@@ -396,7 +413,7 @@ func resolveTest(t *Test, pipelines map[string]*Pipeline) hcl.Diagnostics {
 	if !t.keySet && pl.Source != nil {
 		t.Message.Key = pl.Source.NaturalKey()
 	}
-	var diags hcl.Diagnostics
+	diags := resolveExpectKeys(t, pl)
 	switch {
 	case pl.Handler != nil:
 		diags = append(diags, resolveMock(t, pl)...)
@@ -453,5 +470,78 @@ func resolveMock(t *Test, pl *Pipeline) hcl.Diagnostics {
 	}
 	m, diags := decode(t.mock.Body, t.mockCtx, t.mock.DefRange)
 	t.Mock = m
+	return diags
+}
+
+// flowKeyAttrs are the expect attributes that check a flow-control key (SPEC §13).
+var flowKeyAttrs = []string{"key", "concurrency_key", "throttle_key", "dedupe_key"}
+
+// ExpectKey is one expected flow-control key: `key = "..."` (the pipeline's only block) or
+// `concurrency_key`, `throttle_key`, `dedupe_key`.
+type ExpectKey struct {
+	Attr string // as written
+	Want string
+	// Key is the block's compiled expression, resolved in the merge pass.
+	Key *rules.Key
+	rng hcl.Range
+}
+
+// resolveExpectKeys finds the block each expected key checks.
+func resolveExpectKeys(t *Test, pl *Pipeline) hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	f := pl.Flow
+	var declared []string
+	if f != nil {
+		if f.Concurrency != nil {
+			declared = append(declared, "concurrency_key")
+		}
+		if f.Throttle != nil {
+			declared = append(declared, "throttle")
+		}
+		if f.Dedupe != nil {
+			declared = append(declared, "dedupe")
+		}
+	}
+	for i := range t.Expect.Keys {
+		k := &t.Expect.Keys[i]
+		fail := func(detail string) {
+			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Invalid expected key", Detail: detail, Subject: k.rng.Ptr()})
+		}
+		block := strings.TrimSuffix(k.Attr, "_key")
+		if k.Attr == "concurrency_key" {
+			block = "concurrency_key"
+		}
+		switch {
+		case len(declared) == 0:
+			fail(fmt.Sprintf("Pipeline %q declares no flow control (concurrency_key, throttle or dedupe), so it has no key to check.", pl.Name))
+			continue
+		case k.Attr == "key" && len(declared) > 1:
+			fail(fmt.Sprintf("Pipeline %q declares %s; say which key this is with concurrency_key, throttle_key or dedupe_key.", pl.Name, quoteList(declared, "and")))
+			continue
+		case k.Attr == "key":
+			block = declared[0]
+		}
+		switch block {
+		case "concurrency_key":
+			if f.Concurrency != nil {
+				k.Key = f.Concurrency.Key
+			}
+		case "throttle":
+			if f.Throttle != nil {
+				k.Key = f.Throttle.Key
+				if k.Key == nil {
+					fail(fmt.Sprintf("The throttle of pipeline %q has no key: one budget covers every message.", pl.Name))
+					continue
+				}
+			}
+		case "dedupe":
+			if f.Dedupe != nil {
+				k.Key = f.Dedupe.Key
+			}
+		}
+		if k.Key == nil {
+			fail(fmt.Sprintf("Pipeline %q declares no %s block; it declares %s.", pl.Name, block, quoteList(declared, "and")))
+		}
+	}
 	return diags
 }

@@ -40,3 +40,30 @@ pipeline "more" {
     outcome = "ack"
   }
 }
+
+pipeline "plain" {
+  source "file" {
+    path = "plain.jsonl"
+  }
+  throttle {
+    limit  = 5
+    period = "1s"
+  }
+  rule "ok" {
+    outcome = "ack"
+  }
+}
+
+test "which key" {
+  pipeline = "orders"
+  expect { key = "x" }
+}
+
+test "no such block" {
+  pipeline = "plain"
+  expect {
+    outcome      = "ack"
+    dedupe_key   = "x"
+    throttle_key = "y"
+  }
+}
