@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -233,8 +234,23 @@ func TestFlowDedupeAcrossProcesses(t *testing.T) {
 				keys = append(keys, id, id, id)
 			}
 			addKeyed(t, tg.c, "dd.in", keys...)
-			a, b := twoProcesses(t, cfg)
+			addrA, addrB := freeAddr(t), freeAddr(t)
+			a := start(t, "run", "--consumer", "w1", "--log-level", "debug", "--http-addr", addrA, cfg)
+			b := start(t, "run", "--consumer", "w2", "--log-level", "debug", "--http-addr", addrB, cfg)
 			drained(t, tg.c, "dd.in", len(keys))
+			// flowrun_messages_total counts the copies with outcome duplicate (SPEC §10).
+			re := regexp.MustCompile(`flowrun_messages_total\{outcome="duplicate",pipeline="dd"\} (\d+)`)
+			eventually(t, 5*time.Second, "16 duplicates counted", func() bool {
+				n := 0
+				for _, addr := range []string{addrA, addrB} {
+					_, body := httpGet("http://" + addr + "/metrics")
+					if m := re.FindStringSubmatch(body); m != nil {
+						k, _ := strconv.Atoi(m[1])
+						n += k
+					}
+				}
+				return n == 16
+			})
 			stopBoth(t, a, b)
 			count := map[string]int{}
 			for _, s := range spans(t, logPath) {
@@ -365,5 +381,58 @@ func TestFlowWaitingClaimedEntriesKeptAlive(t *testing.T) {
 	stopBoth(t, a, b)
 	if n := len(spans(t, logPath)); n != 6 {
 		t.Fatalf("%d handler runs for 6 entries: a waiting entry was claimed by the other process", n)
+	}
+}
+
+// File and pipe sources apply the blocks within the process: a pipe of records with repeated
+// order ids emits each order once, the copies counted as duplicates, and a throttle spaces the
+// starts.
+func TestFlowOnAPipe(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "pipe.hcl", `pipeline "p" {
+  source "pipe" {}
+  out_retry    = "again"
+  max_attempts = 3
+  dedupe {
+    key    = "payload.id"
+    window = "1h"
+  }
+  throttle {
+    limit  = 3
+    period = "300ms"
+  }
+  rule "ok" {
+    emit "record" {
+      key     = "done"
+      payload = "payload.id"
+    }
+    outcome = "ack"
+  }
+}
+`)
+	var in strings.Builder
+	for i := range 9 {
+		fmt.Fprintf(&in, `{"key":"in","payload":{"id":%d}}`+"\n", i%3)
+	}
+	in.WriteString(`{"key":"in","payload":{"other":1}}` + "\n") // no id: the key fails, a retry copy
+	begin := time.Now()
+	r := flowrun(t, in.String(), "run", "--log-level", "debug", cfg)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	want := []string{`{"key":"again","headers":{"x-retry-count":"1"},"payload":{"other":1}}`,
+		`{"key":"done","payload":0}`, `{"key":"done","payload":1}`, `{"key":"done","payload":2}`}
+	got := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	sort.Strings(got)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("stdout:\n%s\nwant (in any order):\n%s", r.stdout, strings.Join(want, "\n"))
+	}
+	if n := strings.Count(r.stderr, `"outcome":"duplicate"`); n != 6 {
+		t.Fatalf("%d duplicates logged, want 6:\n%s", n, r.stderr)
+	}
+	// 10 records, 3 starts per 300ms (duplicates and the failed key take no start): the 3
+	// handled start at once; the run is not held back.
+	if el := time.Since(begin); el > 5*time.Second {
+		t.Fatalf("took %v", el)
 	}
 }
