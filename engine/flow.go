@@ -46,7 +46,7 @@ type flowStage struct {
 	parked   []*flowWait
 	running  map[*Delivery]*flowTicket // admitted, not yet released
 	releases []flowDone
-	slots    int // admissions the workers can take now: 2×concurrency minus those admitted
+	slots    int // admissions that may be granted now (newFlowStage) minus those not yet finished
 	prefix   string
 	seq      uint64
 	closedIn bool
@@ -82,15 +82,23 @@ func newFlowStage(r *runner, f *Flow, q *Queue, returner Returner, decisions cha
 		f.Store = NewMemFlowStore()
 	}
 	c := r.p.Concurrency
+	// Admissions a round may grant: the free handler slots, plus, without a throttle, every
+	// delivery the queue may hold, so that one round admits a whole batch (a lease or claim
+	// taken a little before its handler starts only errs on the safe side). A throttle counts
+	// a start when it admits, so it admits only what a free handler starts at once.
+	slots := c + q.limit
+	if f.Throttle != nil {
+		slots = c
+	}
 	return &flowStage{
 		r: r, f: f, q: q, returner: returner, decisions: decisions, lease: lease,
 		in:       make(chan *Delivery, 1),
-		admitted: make(chan *Delivery, 2*c),
+		admitted: make(chan *Delivery, slots),
 		finished: make(chan flowDone, c),
 		finishC:  make(chan struct{}),
 		doneC:    make(chan struct{}),
 		running:  map[*Delivery]*flowTicket{},
-		slots:    2 * c,
+		slots:    slots,
 		prefix:   hex.EncodeToString(b[:]) + ":",
 		poll:     flowPollMin,
 	}

@@ -9,6 +9,7 @@
 //	go run ./e2e/bench -workload rules,list -n 50000
 //	go run ./e2e/bench -workload latency -rate 5000 -duration 10s
 //	go run ./e2e/bench -workload rules -cpuprofile /tmp/prof   # flowrun writes /tmp/prof/rules.pprof
+//	go run ./e2e/bench -workload flow -n 50000               # rules with each flow-control block, beside without
 //
 // It must run inside the flowrun module (it builds ./cmd/flowrun unless -bin names a binary).
 package main
@@ -52,6 +53,7 @@ var workloads = []workload{
 	{"list", runList},
 	{"claim", runClaim},
 	{"latency", runLatency},
+	{"flow", runFlow},
 }
 
 func workloadNames() []string {

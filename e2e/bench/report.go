@@ -17,6 +17,9 @@ type row struct {
 	plain   span
 	flowrun span
 	rss     int64 // flowrun's peak RSS in KiB
+	// baseline, when set, says what the left side is instead of a plain consumer: the flow
+	// workload compares flowrun with a block to flowrun without it.
+	baseline string
 }
 
 func (r row) ratio() float64 { return r.flowrun.rate() / r.plain.rate() }
@@ -63,7 +66,7 @@ func medians(runs []results) results {
 	var out results
 	for i := range runs[0].rows {
 		var plain, flow []span
-		r := row{name: runs[0].rows[i].name}
+		r := row{name: runs[0].rows[i].name, baseline: runs[0].rows[i].baseline}
 		for _, run := range runs {
 			x := run.rows[i]
 			plain, flow = append(plain, x.plain), append(flow, x.flowrun)
@@ -97,6 +100,11 @@ func median[T any](xs []T, key func(T) float64) T {
 
 // report prints a row as soon as it is measured.
 func (r row) report() {
+	if r.baseline != "" {
+		fmt.Printf("%-17s %s %s, with it %s, ratio %.2f, peak RSS %s\n",
+			r.name, r.baseline, r.plain, r.flowrun, r.ratio(), mib(r.rss))
+		return
+	}
 	fmt.Printf("%-17s plain %s, flowrun %s, ratio %.2f, flowrun peak RSS %s\n",
 		r.name, r.plain, r.flowrun, r.ratio(), mib(r.rss))
 }
@@ -123,9 +131,24 @@ func (r results) print(w io.Writer, o options) {
 	if len(r.rows) > 0 {
 		fmt.Fprintf(w, "%-17s %13s %15s %7s %18s   %s\n", "workload", "plain msg/s", "flowrun msg/s", "ratio", "flowrun peak RSS", "Redis CPU/msg: plain, flowrun")
 		for _, x := range r.rows {
+			if x.baseline != "" {
+				continue
+			}
 			fmt.Fprintf(w, "%-17s %13s %15s %7.2f %18s   %s, %s\n", x.name, thousands(x.plain.rate()), thousands(x.flowrun.rate()), x.ratio(), mib(x.rss),
 				micros1(x.plain.redisPerMsg()), micros1(x.flowrun.redisPerMsg()))
 		}
+	}
+	first := true
+	for _, x := range r.rows {
+		if x.baseline == "" {
+			continue
+		}
+		if first {
+			first = false
+			fmt.Fprintf(w, "\n%-22s %15s %15s %7s %18s   %s\n", "flowrun, rules with", "without msg/s", "with msg/s", "ratio", "peak RSS (with)", "Redis CPU/msg: without, with")
+		}
+		fmt.Fprintf(w, "%-22s %15s %15s %7.2f %18s   %s, %s\n", x.name, thousands(x.plain.rate()), thousands(x.flowrun.rate()), x.ratio(), mib(x.rss),
+			micros1(x.plain.redisPerMsg()), micros1(x.flowrun.redisPerMsg()))
 	}
 	for _, l := range r.lat {
 		if len(r.rows) > 0 {

@@ -39,7 +39,24 @@ func runRules(ctx context.Context, b *bench) (results, error) {
 	if err != nil {
 		return results{}, err
 	}
-	cfg := b.redisBlock() + fmt.Sprintf(`pipeline "rules" {
+	cfg := b.rulesConfig(flowKey, b.concurrencyLine(), "")
+	r.flowrun, r.rss, err = b.timeFlowrun("rules", cfg, total, streamSettled(b.obs, flowKey, "g"))
+	if err != nil {
+		return results{}, err
+	}
+	for _, key := range []string{plainKey, flowKey} {
+		if err := checkRules(ctx, b.rdb, key, n, copies); err != nil {
+			return results{}, err
+		}
+	}
+	r.report()
+	return results{rows: []row{r}}, nil
+}
+
+// rulesConfig is the rules workload's pipeline on stream, with the concurrency line and extra
+// pipeline blocks (the flow workload's).
+func (b *bench) rulesConfig(stream, concurrency, extra string) string {
+	return b.redisBlock() + fmt.Sprintf(`pipeline "rules" {
   source "stream" {
     stream   = %q
     group    = "g"
@@ -47,7 +64,7 @@ func runRules(ctx context.Context, b *bench) (results, error) {
     batch    = %d
   }
 %s  max_attempts = 3 # never reached; keeps the lint about an uncapped retry quiet
-
+%s
   rule "large-eur-first-attempt" {
     when    = "payload.amount > 50 && payload.currency == 'EUR' && attempt == 1"
     outcome = "retry"
@@ -60,18 +77,7 @@ func runRules(ctx context.Context, b *bench) (results, error) {
     outcome = "ack"
   }
 }
-`, flowKey, b.o.batch, b.concurrencyLine(), flowKey+":out")
-	r.flowrun, r.rss, err = b.timeFlowrun("rules", cfg, total, streamSettled(b.obs, flowKey, "g"))
-	if err != nil {
-		return results{}, err
-	}
-	for _, key := range []string{plainKey, flowKey} {
-		if err := checkRules(ctx, b.rdb, key, n, copies); err != nil {
-			return results{}, err
-		}
-	}
-	r.report()
-	return results{rows: []row{r}}, nil
+`, stream, b.o.batch, concurrency, extra, stream+":out")
 }
 
 // expectedRetries counts the entries among the first n that the rules retry.
