@@ -36,29 +36,34 @@ type flowStage struct {
 	decisions chan<- Decision
 	lease     time.Duration
 
-	in       chan *Delivery // from the pump: taken from the queue, held
-	admitted chan *Delivery // to the workers
-	finished chan flowDone  // from the workers
-	finishC  chan struct{}  // closed by finish: workers are done
-	doneC    chan struct{}  // closed when run returns
+	in       chan []*Delivery // from the pump: taken from the queue, held
+	admitted chan *Delivery   // to the workers
+	finished chan flowDone    // from the workers
+	finishC  chan struct{}    // closed by finish: workers are done
+	doneC    chan struct{}    // closed when run returns
 
 	// Owned by run.
-	parked   []*flowWait
-	running  map[*Delivery]*flowTicket // admitted, not yet released
-	releases []flowDone
-	slots    int // admissions that may be granted now (newFlowStage) minus those not yet finished
-	prefix   string
-	seq      uint64
-	closedIn bool
-	stopped  bool
-	failing  bool
-	poll     time.Duration
-	renewAt  time.Time
+	parked  []*flowWait
+	running map[*Delivery]*flowTicket // admitted, not yet released
+	// The keys running deliveries of this process hold: concurrency keys counted, dedupe
+	// claims.
+	localConc   map[string]int
+	localDedupe map[string]bool
+	releases    []flowDone
+	slots       int // admissions that may be granted now (newFlowStage) minus those not yet finished
+	prefix      string
+	seq         uint64
+	closedIn    bool
+	stopped     bool
+	failing     bool
+	poll        time.Duration
+	renewAt     time.Time
 }
 
 type flowWait struct {
 	d     *Delivery
 	admit FlowAdmit
+	ask   int // its index in this round's admissions; -1 when not asked
 }
 
 type flowTicket struct {
@@ -69,6 +74,7 @@ type flowDone struct {
 	d        *Delivery
 	dec      Decision
 	returned bool // handed back to the source at a stop, never run
+	passed   bool // its decision went to the settler already
 }
 
 func newFlowStage(r *runner, f *Flow, q *Queue, returner Returner, decisions chan<- Decision) *flowStage {
@@ -92,15 +98,17 @@ func newFlowStage(r *runner, f *Flow, q *Queue, returner Returner, decisions cha
 	}
 	return &flowStage{
 		r: r, f: f, q: q, returner: returner, decisions: decisions, lease: lease,
-		in:       make(chan *Delivery, 1),
-		admitted: make(chan *Delivery, slots),
-		finished: make(chan flowDone, c),
-		finishC:  make(chan struct{}),
-		doneC:    make(chan struct{}),
-		running:  map[*Delivery]*flowTicket{},
-		slots:    slots,
-		prefix:   hex.EncodeToString(b[:]) + ":",
-		poll:     flowPollMin,
+		in:          make(chan []*Delivery, 1),
+		admitted:    make(chan *Delivery, slots),
+		finished:    make(chan flowDone, c),
+		finishC:     make(chan struct{}),
+		doneC:       make(chan struct{}),
+		running:     map[*Delivery]*flowTicket{},
+		localConc:   map[string]int{},
+		localDedupe: map[string]bool{},
+		slots:       slots,
+		prefix:      hex.EncodeToString(b[:]) + ":",
+		poll:        flowPollMin,
 	}
 }
 
@@ -108,13 +116,13 @@ func newFlowStage(r *runner, f *Flow, q *Queue, returner Returner, decisions cha
 func (fs *flowStage) start(stop, grace context.Context) {
 	go func() {
 		for {
-			d, ok := fs.q.TakeHeld()
-			if !ok {
+			ds := fs.q.TakeHeldAll()
+			if ds == nil {
 				close(fs.in)
 				return
 			}
 			select {
-			case fs.in <- d:
+			case fs.in <- ds:
 			case <-fs.doneC:
 				return // the grace period ended with it unstarted: its source brings it back
 			}
@@ -158,24 +166,13 @@ func (fs *flowStage) run(stop, grace context.Context) {
 			in = nil
 		}
 		select {
-		case d, ok := <-in:
+		case ds, ok := <-in:
 			if !ok {
 				fs.closedIn = true
 				break
 			}
-			fs.park(d)
-		more:
-			for len(fs.parked) < flowMaxRound {
-				select {
-				case d, ok := <-fs.in:
-					if !ok {
-						fs.closedIn = true
-						break more
-					}
-					fs.park(d)
-				default:
-					break more
-				}
+			for _, d := range ds {
+				fs.park(d)
 			}
 		case fd := <-fs.finished:
 			fs.finish1(fd)
@@ -316,6 +313,12 @@ func (fs *flowStage) park(d *Delivery) {
 
 func (fs *flowStage) finish1(fd flowDone) {
 	fs.slots++
+	if fs.f.Dedupe == nil && !fd.returned {
+		// Nothing to mark before the settlement: it goes now, the release with the next
+		// round.
+		fs.decisions <- fd.dec
+		fd.passed = true
+	}
 	fs.releases = append(fs.releases, fd)
 }
 
@@ -360,15 +363,49 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 			r.Renews = append(r.Renews, t.lease)
 		}
 	}
-	var asked []*flowWait
+	asked := 0
 	if admit && fs.slots > 0 {
 		r.Max = fs.slots
-		asked = fs.parked
-		if len(asked) > flowMaxRound {
-			asked = asked[:flowMaxRound]
+		// A key this process holds itself cannot be had until it is released: such deliveries,
+		// and later ones that share a key with them (order per key), are not sent, which
+		// spares Redis re-checking every busy key on every round.
+		relConc, relDedupe := map[string]int{}, map[string]bool{}
+		for _, x := range r.Releases {
+			relConc[x.Conc]++
+			relDedupe[x.Dedupe] = true
 		}
-		for _, w := range asked {
-			r.Admits = append(r.Admits, w.admit)
+		blocked := map[string]bool{}
+		// Ask for no more than can matter: twice what may be granted, so that a key busy in
+		// another process does not hold back the rest, without making Redis read hundreds of
+		// candidates to grant a few.
+		limit := min(flowMaxRound, r.Max+min(r.Max, 32))
+		// What this round's earlier candidates would hold if admitted: a later candidate that
+		// could only wait behind them is not sent either.
+		askConc, askDedupe := map[string]int{}, map[string]bool{}
+		for _, w := range fs.parked {
+			w.ask = -1
+			a := &w.admit
+			if asked >= limit || blocked[a.Conc] || blocked[a.Dedupe] || blocked[a.Throttle] {
+				continue
+			}
+			if a.Conc != "" && fs.localConc[a.Conc]-relConc[a.Conc]+askConc[a.Conc] >= a.ConcLimit ||
+				a.Dedupe != "" && (askDedupe[a.Dedupe] || fs.localDedupe[a.Dedupe] && !relDedupe[a.Dedupe]) {
+				for _, k := range []string{a.Conc, a.Dedupe, a.Throttle} {
+					if k != "" {
+						blocked[k] = true
+					}
+				}
+				continue
+			}
+			if a.Conc != "" {
+				askConc[a.Conc]++
+			}
+			if a.Dedupe != "" {
+				askDedupe[a.Dedupe] = true
+			}
+			w.ask = asked
+			asked++
+			r.Admits = append(r.Admits, *a)
 		}
 	}
 	if len(r.Releases)+len(r.Renews)+len(r.Admits) == 0 {
@@ -390,8 +427,11 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 	// Releases are done: their decisions go to the settler.
 	fs.releases = fs.releases[len(rel):]
 	for _, fd := range rel {
+		if t := fs.running[fd.d]; t != nil {
+			fs.unhold(t.lease)
+		}
 		delete(fs.running, fd.d)
-		if !fd.returned {
+		if !fd.returned && !fd.passed {
 			fs.decisions <- fd.dec
 		}
 	}
@@ -409,16 +449,18 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 
 	progressed := false
 	keep := fs.parked[:0]
-	for i, w := range fs.parked {
-		if i >= len(asked) {
+	for _, w := range fs.parked {
+		if asked == 0 || w.ask < 0 {
 			keep = append(keep, w)
 			continue
 		}
-		v := r.Verdicts[i]
+		v := r.Verdicts[w.ask]
 		switch v.Kind {
 		case FlowAdmitted:
 			progressed = true
-			fs.running[w.d] = &flowTicket{lease: FlowLease{Token: w.admit.Token, Conc: w.admit.Conc, Dedupe: w.admit.Dedupe}}
+			l := FlowLease{Token: w.admit.Token, Conc: w.admit.Conc, Dedupe: w.admit.Dedupe}
+			fs.running[w.d] = &flowTicket{lease: l}
+			fs.hold(l)
 			if fs.renewAt.IsZero() {
 				fs.renewAt = now.Add(fs.lease / 3)
 			}
@@ -446,6 +488,25 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 	return true
 }
 
+// hold and unhold count the keys this process's running deliveries hold.
+func (fs *flowStage) hold(l FlowLease) {
+	if l.Conc != "" {
+		fs.localConc[l.Conc]++
+	}
+	if l.Dedupe != "" {
+		fs.localDedupe[l.Dedupe] = true
+	}
+}
+
+func (fs *flowStage) unhold(l FlowLease) {
+	if l.Conc != "" {
+		if fs.localConc[l.Conc]--; fs.localConc[l.Conc] <= 0 {
+			delete(fs.localConc, l.Conc)
+		}
+	}
+	delete(fs.localDedupe, l.Dedupe)
+}
+
 func (fs *flowStage) nextPoll() time.Duration {
 	p := fs.poll
 	fs.poll = min(fs.poll*2, flowPollMax)
@@ -458,7 +519,7 @@ func (fs *flowStage) backoff() time.Duration { return 200 * time.Millisecond }
 // of the grace period: the leases expire by themselves.
 func (fs *flowStage) flushUnreleased() {
 	for _, fd := range fs.releases {
-		if !fd.returned {
+		if !fd.returned && !fd.passed {
 			fs.decisions <- fd.dec
 		}
 	}

@@ -49,12 +49,12 @@ func (m *MemFlowStore) Round(_ context.Context, r *FlowRound) error {
 				delete(m.leases, rel.Conc)
 			}
 		}
-		if c, ok := m.claims[rel.Dedupe]; rel.Dedupe != "" && ok && c.token == rel.Token && c.expires.After(now) {
-			if rel.Window > 0 {
-				m.claims[rel.Dedupe] = memClaim{expires: now.Add(rel.Window)}
-			} else {
-				delete(m.claims, rel.Dedupe)
-			}
+		// done is written whoever holds the claim by then (the message succeeded, so any copy
+		// is a duplicate); a release deletes only its own claim.
+		if c, ok := m.claims[rel.Dedupe]; rel.Dedupe != "" && rel.Window > 0 {
+			m.claims[rel.Dedupe] = memClaim{expires: now.Add(rel.Window)}
+		} else if rel.Dedupe != "" && ok && c.token == rel.Token && c.expires.After(now) {
+			delete(m.claims, rel.Dedupe)
 		}
 	}
 	r.Lost = r.Lost[:0]
@@ -85,7 +85,7 @@ func (m *MemFlowStore) Round(_ context.Context, r *FlowRound) error {
 	for _, a := range r.Admits {
 		v := FlowVerdict{Kind: FlowAdmitted}
 		switch {
-		case blocked[a.Dedupe] || blocked[a.Conc] || blocked[a.Throttle]:
+		case admitted >= r.Max || blocked[a.Dedupe] || blocked[a.Conc] || blocked[a.Throttle]:
 			v.Kind = FlowWait
 		default:
 			if a.Dedupe != "" {
@@ -117,9 +117,6 @@ func (m *MemFlowStore) Round(_ context.Context, r *FlowRound) error {
 				if len(s) >= a.ThrottleLimit {
 					v = FlowVerdict{Kind: FlowWait, RetryIn: s[0].Add(a.Period).Sub(now)}
 				}
-			}
-			if v.Kind == FlowAdmitted && admitted >= r.Max {
-				v = FlowVerdict{Kind: FlowWait}
 			}
 		}
 		switch v.Kind {

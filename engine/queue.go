@@ -110,6 +110,27 @@ func (q *Queue) Take() (*Delivery, bool) { return q.take(false) }
 // counting against the limit until Unhold.
 func (q *Queue) TakeHeld() (*Delivery, bool) { return q.take(true) }
 
+// TakeHeldAll is TakeHeld for everything queued (at least one, waiting for it), so that a
+// stage sees a source's whole push at once; nil once the queue is closed and empty.
+func (q *Queue) TakeHeldAll() []*Delivery {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for q.len() == 0 {
+		if q.closed {
+			return nil
+		}
+		q.waiting++
+		q.ready.Wait()
+		q.waiting--
+	}
+	ds := make([]*Delivery, q.len())
+	copy(ds, q.items[q.head:])
+	clear(q.items[q.head:])
+	q.items, q.head = q.items[:0], 0
+	q.held += len(ds)
+	return ds
+}
+
 // Unhold lets go of n deliveries taken with TakeHeld.
 func (q *Queue) Unhold(n int) {
 	if n <= 0 {

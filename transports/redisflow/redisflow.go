@@ -45,7 +45,8 @@ func Prefix(pipeline string) string { return "flowrun:{" + pipeline + "}:" }
 // Key index 0 means none. A concurrency key is a sorted set of lease tokens scored by expiry;
 // a throttle key a sorted set of start tokens scored by start time (a sliding window); a dedupe
 // key a string, "run:<token>" while its handler runs and "done" for the window after an ack or
-// drop. Admissions are decided in order; once one waits, later ones that share any of its keys
+// drop (written whoever holds the claim by then: the message succeeded, so any copy is a
+// duplicate). Admissions are decided in order; once one waits, later ones that share any of its keys
 // wait too, so a key's deliveries start in the order they were read.
 //
 // Returns {verdicts, lost}: per admission -1 admitted, -2 duplicate, or the ms after which
@@ -60,8 +61,12 @@ for _ = 1, nrel do
   local tok, c, d, win = ARGV[i], tonumber(ARGV[i+1]), tonumber(ARGV[i+2]), tonumber(ARGV[i+3])
   i = i + 4
   if c > 0 then redis.call('ZREM', KEYS[c], tok) end
-  if d > 0 and redis.call('GET', KEYS[d]) == 'run:' .. tok then
-    if win > 0 then redis.call('SET', KEYS[d], 'done', 'PX', win) else redis.call('DEL', KEYS[d]) end
+  -- done is written whoever holds the claim now: the message succeeded, so any copy is a
+  -- duplicate; a release deletes only its own claim.
+  if d > 0 and win > 0 then
+    redis.call('SET', KEYS[d], 'done', 'PX', win)
+  elseif d > 0 and redis.call('GET', KEYS[d]) == 'run:' .. tok then
+    redis.call('DEL', KEYS[d])
   end
 end
 local lost = {}
@@ -87,40 +92,44 @@ for r = 1, nren do
   if not ok then lost[#lost + 1] = r end
 end
 local out, blocked, admitted = {}, {}, 0
+-- A sorted set (leases by expiry, starts by time) is full when it holds limit members scored
+-- above floor; what is older is purged only when it looks full, so the common case is one ZCARD.
+local function full(k, limit, floor)
+  if redis.call('ZCARD', k) < limit then return false end
+  redis.call('ZREMRANGEBYSCORE', k, '-inf', floor)
+  return redis.call('ZCARD', k) >= limit
+end
+local function first(k)
+  return tonumber(redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')[2])
+end
 for r = 1, nadm do
   local tok, d, c, cl, th, tl, tp = ARGV[i], tonumber(ARGV[i+1]), tonumber(ARGV[i+2]), tonumber(ARGV[i+3]), tonumber(ARGV[i+4]), tonumber(ARGV[i+5]), tonumber(ARGV[i+6])
   i = i + 7
   local v = -1
-  if blocked[d] or blocked[c] or blocked[th] then
+  if admitted >= maxn or blocked[d] or blocked[c] or blocked[th] then
     v = 0
   else
-    if d > 0 then
-      local cur = redis.call('GET', KEYS[d])
-      if cur == 'done' then
+    -- The dedupe claim first (taken back below if another block says wait), so a duplicate
+    -- is known as one without waiting for its other keys.
+    if d > 0 and not redis.call('SET', KEYS[d], 'run:' .. tok, 'NX', 'PX', lease) then
+      if redis.call('GET', KEYS[d]) == 'done' then
         v = -2
-      elseif cur then
+      else
         v = math.max(redis.call('PTTL', KEYS[d]), 0)
       end
     end
-    if v == -1 and c > 0 then
-      redis.call('ZREMRANGEBYSCORE', KEYS[c], '-inf', now)
-      if redis.call('ZCARD', KEYS[c]) >= cl then
-        local first = redis.call('ZRANGE', KEYS[c], 0, 0, 'WITHSCORES')
-        v = math.max(tonumber(first[2]) - now, 0)
-      end
+    if v == -1 and c > 0 and full(KEYS[c], cl, now) then
+      v = math.max(first(KEYS[c]) - now, 0)
     end
-    if v == -1 and th > 0 then
-      redis.call('ZREMRANGEBYSCORE', KEYS[th], '-inf', now - tp)
-      if redis.call('ZCARD', KEYS[th]) >= tl then
-        local first = redis.call('ZRANGE', KEYS[th], 0, 0, 'WITHSCORES')
-        v = math.max(tonumber(first[2]) + tp - now, 0)
-      end
+    if v == -1 and th > 0 and full(KEYS[th], tl, now - tp) then
+      v = math.max(first(KEYS[th]) + tp - now, 0)
     end
-    if v == -1 and admitted >= maxn then v = 0 end
+    if v >= 0 and d > 0 and redis.call('GET', KEYS[d]) == 'run:' .. tok then
+      redis.call('DEL', KEYS[d])
+    end
   end
   if v == -1 then
     admitted = admitted + 1
-    if d > 0 then redis.call('SET', KEYS[d], 'run:' .. tok, 'PX', lease) end
     if c > 0 then
       redis.call('ZADD', KEYS[c], now + lease, tok)
       redis.call('PEXPIRE', KEYS[c], lease)
