@@ -36,7 +36,7 @@ type flowStage struct {
 	decisions chan<- Decision
 	lease     time.Duration
 
-	in       chan []*Delivery // from the pump: taken from the queue, held
+	in       chan []*flowWait // from the pump: taken from the queue, held, keys computed
 	admitted chan *Delivery   // to the workers
 	finished chan flowDone    // from the workers
 	finishC  chan struct{}    // closed by finish: workers are done
@@ -98,7 +98,7 @@ func newFlowStage(r *runner, f *Flow, q *Queue, returner Returner, decisions cha
 	}
 	return &flowStage{
 		r: r, f: f, q: q, returner: returner, decisions: decisions, lease: lease,
-		in:          make(chan []*Delivery, 1),
+		in:          make(chan []*flowWait, 1),
 		admitted:    make(chan *Delivery, slots),
 		finished:    make(chan flowDone, c),
 		finishC:     make(chan struct{}),
@@ -121,8 +121,18 @@ func (fs *flowStage) start(stop, grace context.Context) {
 				close(fs.in)
 				return
 			}
+			// Keys are computed here, beside the stage's round trips rather than between them.
+			ws := make([]*flowWait, 0, len(ds))
+			for _, d := range ds {
+				if w := fs.prepare(d); w != nil {
+					ws = append(ws, w)
+				}
+			}
+			if len(ws) == 0 {
+				continue
+			}
 			select {
-			case fs.in <- ds:
+			case fs.in <- ws:
 			case <-fs.doneC:
 				return // the grace period ended with it unstarted: its source brings it back
 			}
@@ -166,14 +176,12 @@ func (fs *flowStage) run(stop, grace context.Context) {
 			in = nil
 		}
 		select {
-		case ds, ok := <-in:
+		case ws, ok := <-in:
 			if !ok {
 				fs.closedIn = true
 				break
 			}
-			for _, d := range ds {
-				fs.park(d)
-			}
+			fs.parked = append(fs.parked, ws...)
 		case fd := <-fs.finished:
 			fs.finish1(fd)
 		more2:
@@ -251,9 +259,9 @@ func (fs *flowStage) run(stop, grace context.Context) {
 	}
 }
 
-// park computes a taken delivery's keys; it waits in read order. Deliveries that need no
-// admission (past the attempt cap, a key that cannot be computed) are decided here.
-func (fs *flowStage) park(d *Delivery) {
+// prepare computes a taken delivery's keys (the pump, in read order); nil when it needs no
+// admission and was decided here (past the attempt cap, a key that cannot be computed).
+func (fs *flowStage) prepare(d *Delivery) *flowWait {
 	if d.Headers == nil {
 		d.Headers = map[string]string{}
 	}
@@ -265,7 +273,7 @@ func (fs *flowStage) park(d *Delivery) {
 		fs.r.logDecision(d, dec, nil)
 		fs.q.Unhold(1)
 		fs.decisions <- dec
-		return
+		return nil
 	}
 	fs.seq++
 	a := FlowAdmit{Token: fs.prefix + strconv.FormatUint(fs.seq, 36)}
@@ -306,9 +314,9 @@ func (fs *flowStage) park(d *Delivery) {
 		fs.r.logDecision(d, dec, err)
 		fs.q.Unhold(1)
 		fs.decisions <- dec
-		return
+		return nil
 	}
-	fs.parked = append(fs.parked, &flowWait{d: d, admit: a})
+	return &flowWait{d: d, admit: a}
 }
 
 func (fs *flowStage) finish1(fd flowDone) {

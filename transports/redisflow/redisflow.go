@@ -1,19 +1,20 @@
 // Package redisflow keeps per-key flow-control state in Redis (SPEC §13), shared by every
 // flowrun process that runs a pipeline against the same Redis. Each engine round (releases,
-// lease renewals, admissions of many deliveries) is one Lua script, so one round trip decides
-// a whole batch atomically. Every key lives under `flowrun:{<pipeline>}:`, one Cluster slot per
-// pipeline, and carries an expiry.
+// lease renewals, admissions of many deliveries) is one pipeline: one round trip per batch, one
+// atomic command per delivery and decision. Every key lives under `flowrun:{<pipeline>}:`, one
+// Cluster slot per pipeline, and carries an expiry.
 package redisflow
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/transports/redisconn"
 )
 
 // Store is a pipeline's flow-control state in Redis.
@@ -32,68 +33,36 @@ func New(c redis.UniversalClient, pipeline string) *Store {
 // Prefix is the namespace of a pipeline's flow-control keys: "flowrun:{<pipeline>}:".
 func Prefix(pipeline string) string { return "flowrun:{" + pipeline + "}:" }
 
-// roundScript runs one engine round. The clock is Redis's own (TIME), so processes on machines
-// whose clocks disagree still agree on leases and throttle windows.
+// An engine round (releases, renewals, admissions) goes to Redis as one pipeline: one round
+// trip for a whole batch, and one command per delivery and decision, so flow control costs a
+// constant, small amount of Redis work per message. The keys:
 //
-//	KEYS   every key the round touches, each once
-//	ARGV   lease ms, #releases, #renewals, #admissions, max admitted, then
-//	       per release:   token, concurrency key index, dedupe key index, window ms (0: delete)
-//	       per renewal:   token, concurrency key index, dedupe key index
-//	       per admission: token, dedupe index, concurrency index, its limit, throttle index,
-//	                      its limit, its period ms
+//	c:<value>  concurrency key: a sorted set of lease tokens scored by expiry (ms)
+//	t:<value>  throttle key (t without a key): a sorted set of start tokens scored by start
+//	           time, a sliding window of one period
+//	d:<value>  dedupe key: "run:<token>" while its handler runs (expiring with the lease),
+//	           "done" for the window after an ack or drop
 //
-// Key index 0 means none. A concurrency key is a sorted set of lease tokens scored by expiry;
-// a throttle key a sorted set of start tokens scored by start time (a sliding window); a dedupe
-// key a string, "run:<token>" while its handler runs and "done" for the window after an ack or
-// drop (written whoever holds the claim by then: the message succeeded, so any copy is a
-// duplicate). Admissions are decided in order; once one waits, later ones that share any of its keys
-// wait too, so a key's deliveries start in the order they were read.
-//
-// Returns {verdicts, lost}: per admission -1 admitted, -2 duplicate, or the ms after which
-// trying again may succeed (0: unknown); lost lists the 1-based renewals whose lease was gone.
-var roundScript = redis.NewScript(`
+// The clock is Redis's own (TIME), so processes whose clocks disagree still agree on leases and
+// windows. Per key, admissions are in the order the engine sends them: it sends no more of one
+// key in a round than could be admitted (engine/flow.go), and Redis runs a pipeline in order.
+
+// admitScript decides one admission atomically over its keys (any of dedupe, concurrency,
+// throttle, in that order of KEYS as flagged by ARGV[2]): the dedupe claim first (a duplicate is
+// known as one without waiting for its other keys), then each limit; on a wait, nothing is
+// kept. ARGV: token, which keys ("dct" letters), lease ms, concurrency limit, throttle limit,
+// throttle period ms. Returns -1 admitted, -2 duplicate, or the ms after which trying again
+// may succeed (0: unknown).
+var admitScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local lease = tonumber(ARGV[1])
-local nrel, nren, nadm, maxn = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local i = 6
-for _ = 1, nrel do
-  local tok, c, d, win = ARGV[i], tonumber(ARGV[i+1]), tonumber(ARGV[i+2]), tonumber(ARGV[i+3])
-  i = i + 4
-  if c > 0 then redis.call('ZREM', KEYS[c], tok) end
-  -- done is written whoever holds the claim now: the message succeeded, so any copy is a
-  -- duplicate; a release deletes only its own claim.
-  if d > 0 and win > 0 then
-    redis.call('SET', KEYS[d], 'done', 'PX', win)
-  elseif d > 0 and redis.call('GET', KEYS[d]) == 'run:' .. tok then
-    redis.call('DEL', KEYS[d])
-  end
-end
-local lost = {}
-for r = 1, nren do
-  local tok, c, d = ARGV[i], tonumber(ARGV[i+1]), tonumber(ARGV[i+2])
-  i = i + 3
-  local ok = true
-  if c > 0 then
-    if redis.call('ZSCORE', KEYS[c], tok) then
-      redis.call('ZADD', KEYS[c], now + lease, tok)
-      redis.call('PEXPIRE', KEYS[c], lease)
-    else
-      ok = false
-    end
-  end
-  if d > 0 then
-    if redis.call('GET', KEYS[d]) == 'run:' .. tok then
-      redis.call('PEXPIRE', KEYS[d], lease)
-    else
-      ok = false
-    end
-  end
-  if not ok then lost[#lost + 1] = r end
-end
-local out, blocked, admitted = {}, {}, 0
--- A sorted set (leases by expiry, starts by time) is full when it holds limit members scored
--- above floor; what is older is purged only when it looks full, so the common case is one ZCARD.
+local tok, which, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local i, d, c, th = 1, nil, nil, nil
+if string.find(which, 'd', 1, true) then d = KEYS[i]; i = i + 1 end
+if string.find(which, 'c', 1, true) then c = KEYS[i]; i = i + 1 end
+if string.find(which, 't', 1, true) then th = KEYS[i] end
+-- A sorted set is full when it holds limit members scored above floor; older ones are purged
+-- only when it looks full, so the common case is one ZCARD.
 local function full(k, limit, floor)
   if redis.call('ZCARD', k) < limit then return false end
   redis.call('ZREMRANGEBYSCORE', k, '-inf', floor)
@@ -102,113 +71,202 @@ end
 local function first(k)
   return tonumber(redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')[2])
 end
-for r = 1, nadm do
-  local tok, d, c, cl, th, tl, tp = ARGV[i], tonumber(ARGV[i+1]), tonumber(ARGV[i+2]), tonumber(ARGV[i+3]), tonumber(ARGV[i+4]), tonumber(ARGV[i+5]), tonumber(ARGV[i+6])
-  i = i + 7
-  local v = -1
-  if admitted >= maxn or blocked[d] or blocked[c] or blocked[th] then
-    v = 0
-  else
-    -- The dedupe claim first (taken back below if another block says wait), so a duplicate
-    -- is known as one without waiting for its other keys.
-    if d > 0 and not redis.call('SET', KEYS[d], 'run:' .. tok, 'NX', 'PX', lease) then
-      if redis.call('GET', KEYS[d]) == 'done' then
-        v = -2
-      else
-        v = math.max(redis.call('PTTL', KEYS[d]), 0)
-      end
-    end
-    if v == -1 and c > 0 and full(KEYS[c], cl, now) then
-      v = math.max(first(KEYS[c]) - now, 0)
-    end
-    if v == -1 and th > 0 and full(KEYS[th], tl, now - tp) then
-      v = math.max(first(KEYS[th]) + tp - now, 0)
-    end
-    if v >= 0 and d > 0 and redis.call('GET', KEYS[d]) == 'run:' .. tok then
-      redis.call('DEL', KEYS[d])
-    end
-  end
-  if v == -1 then
-    admitted = admitted + 1
-    if c > 0 then
-      redis.call('ZADD', KEYS[c], now + lease, tok)
-      redis.call('PEXPIRE', KEYS[c], lease)
-    end
-    if th > 0 then
-      redis.call('ZADD', KEYS[th], now, tok)
-      redis.call('PEXPIRE', KEYS[th], tp)
-    end
-  elseif v >= 0 then
-    if d > 0 then blocked[d] = true end
-    if c > 0 then blocked[c] = true end
-    if th > 0 then blocked[th] = true end
-  end
-  out[r] = v
+local v = -1
+-- A round sent again after a lost reply finds its own claim and lease: admitted already.
+if d then
+  local cur = redis.call('SET', d, 'run:' .. tok, 'NX', 'GET', 'PX', lease)
+  if cur == 'done' then return -2 end
+  if cur and cur ~= 'run:' .. tok then return math.max(redis.call('PTTL', d), 0) end
 end
-return {out, lost}
+if c and not redis.call('ZSCORE', c, tok) and full(c, tonumber(ARGV[4]), now) then
+  v = math.max(first(c) - now, 0)
+end
+local tp = tonumber(ARGV[6])
+if v == -1 and th and full(th, tonumber(ARGV[5]), now - tp) then
+  v = math.max(first(th) + tp - now, 0)
+end
+if v >= 0 then
+  if d then redis.call('DEL', d) end
+  return v
+end
+if c then
+  redis.call('ZADD', c, now + lease, tok)
+  redis.call('PEXPIRE', c, lease)
+end
+if th then
+  redis.call('ZADD', th, now, tok)
+  redis.call('PEXPIRE', th, tp)
+end
+return -1
 `)
 
-// Round implements engine.FlowStore.
+// renewScript keeps one running delivery's lease and claim alive. KEYS: the concurrency key
+// and/or the dedupe key as ARGV[2] flags ("c", "d"); ARGV: token, flags, lease ms. Returns 0
+// when one of them was gone (it expired and may have been taken over), else 1.
+var renewScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local tok, which, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local i, ok = 1, 1
+if string.find(which, 'c', 1, true) then
+  if redis.call('ZSCORE', KEYS[i], tok) then
+    redis.call('ZADD', KEYS[i], now + lease, tok)
+    redis.call('PEXPIRE', KEYS[i], lease)
+  else
+    ok = 0
+  end
+  i = i + 1
+end
+if string.find(which, 'd', 1, true) then
+  if redis.call('GET', KEYS[i]) == 'run:' .. tok then
+    redis.call('PEXPIRE', KEYS[i], lease)
+  else
+    ok = 0
+  end
+end
+return ok
+`)
+
+// dropClaimScript deletes a dedupe claim if it is still this delivery's (a retry or dead
+// letter releases its key; a claim another process took over after an expiry stays).
+var dropClaimScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == 'run:' .. ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// Round implements engine.FlowStore: one pipeline. Admissions beyond r.Max wait unsent.
 func (s *Store) Round(ctx context.Context, r *engine.FlowRound) error {
-	var keys []string
-	index := map[string]int{}
-	ix := func(k string) string {
-		if k == "" {
-			return "0"
-		}
-		i, ok := index[k]
-		if !ok {
-			keys = append(keys, s.prefix+k)
-			i = len(keys)
-			index[k] = i
-		}
-		return strconv.Itoa(i)
-	}
-	args := make([]any, 0, 5+4*len(r.Releases)+3*len(r.Renews)+7*len(r.Admits))
-	args = append(args, ms(r.Lease), len(r.Releases), len(r.Renews), len(r.Admits), r.Max)
-	for _, x := range r.Releases {
-		args = append(args, x.Token, ix(x.Conc), ix(x.Dedupe), ms(x.Window))
-	}
-	for _, x := range r.Renews {
-		args = append(args, x.Token, ix(x.Conc), ix(x.Dedupe))
-	}
-	for _, a := range r.Admits {
-		args = append(args, a.Token, ix(a.Dedupe), ix(a.Conc), a.ConcLimit, ix(a.Throttle), a.ThrottleLimit, ms(a.Period))
-	}
-	if len(keys) == 0 {
+	if len(r.Releases)+len(r.Renews)+len(r.Admits) == 0 {
 		return nil
 	}
-	res, err := roundScript.Run(ctx, s.c, keys, args...).Slice()
-	if err != nil {
-		return fmt.Errorf("redisflow: round on %s: %w", s.prefix, err)
+	if err := s.round(ctx, r); err != nil {
+		if !errors.Is(err, errNoScript) {
+			return err
+		}
+		// A pipeline cannot fall back from EVALSHA to EVAL per command: load the scripts
+		// (a restarted or failed-over server has none) and send the round again. Every
+		// command of a round may be sent twice: releases and renewals are idempotent, and an
+		// admission finds its own claim or lease and counts as made.
+		for _, sc := range []*redis.Script{admitScript, renewScript, dropClaimScript} {
+			if err := loadScript(ctx, s.c, sc); err != nil {
+				return fmt.Errorf("redisflow: load script: %w", err)
+			}
+		}
+		return s.round(ctx, r)
 	}
-	if len(res) != 2 {
-		return fmt.Errorf("redisflow: round on %s: unexpected reply %v", s.prefix, res)
-	}
-	verdicts, _ := res[0].([]any)
-	lost, _ := res[1].([]any)
-	if len(verdicts) != len(r.Admits) {
-		return fmt.Errorf("redisflow: round on %s: %d verdicts for %d admissions", s.prefix, len(verdicts), len(r.Admits))
-	}
-	r.Verdicts = r.Verdicts[:0]
-	for _, v := range verdicts {
-		n, _ := v.(int64)
+	return nil
+}
+
+func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
+	lease := ms(r.Lease)
+	p := s.c.Pipeline()
+	for _, x := range r.Releases {
+		if x.Conc != "" {
+			p.ZRem(ctx, s.prefix+x.Conc, x.Token)
+		}
 		switch {
-		case n == -1:
-			r.Verdicts = append(r.Verdicts, engine.FlowVerdict{Kind: engine.FlowAdmitted})
-		case n == -2:
-			r.Verdicts = append(r.Verdicts, engine.FlowVerdict{Kind: engine.FlowDuplicate})
+		case x.Dedupe == "":
+		case x.Window > 0:
+			// Written whoever holds the claim by now: the message succeeded, so any copy is a
+			// duplicate.
+			p.Set(ctx, s.prefix+x.Dedupe, "done", x.Window)
 		default:
-			r.Verdicts = append(r.Verdicts, engine.FlowVerdict{Kind: engine.FlowWait, RetryIn: time.Duration(n) * time.Millisecond})
+			dropClaimScript.EvalSha(ctx, p, []string{s.prefix + x.Dedupe}, x.Token)
 		}
 	}
+	renews := make([]*redis.Cmd, len(r.Renews))
+	for i, x := range r.Renews {
+		keys, which := make([]string, 0, 2), ""
+		if x.Conc != "" {
+			keys, which = append(keys, s.prefix+x.Conc), which+"c"
+		}
+		if x.Dedupe != "" {
+			keys, which = append(keys, s.prefix+x.Dedupe), which+"d"
+		}
+		renews[i] = renewScript.EvalSha(ctx, p, keys, x.Token, which, lease)
+	}
+	n := min(len(r.Admits), max(r.Max, 0))
+	admits := make([]redis.Cmder, n)
+	for i, a := range r.Admits[:n] {
+		if a.Conc == "" && a.Throttle == "" {
+			// Dedupe alone needs no script: SET NX GET claims the key and says what held it.
+			admits[i] = p.SetArgs(ctx, s.prefix+a.Dedupe, "run:"+a.Token, redis.SetArgs{Mode: "NX", Get: true, TTL: r.Lease})
+			continue
+		}
+		keys, which := make([]string, 0, 3), ""
+		if a.Dedupe != "" {
+			keys, which = append(keys, s.prefix+a.Dedupe), which+"d"
+		}
+		if a.Conc != "" {
+			keys, which = append(keys, s.prefix+a.Conc), which+"c"
+		}
+		if a.Throttle != "" {
+			keys, which = append(keys, s.prefix+a.Throttle), which+"t"
+		}
+		admits[i] = admitScript.EvalSha(ctx, p, keys, a.Token, which, lease, a.ConcLimit, a.ThrottleLimit, ms(a.Period))
+	}
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		if redisconn.IsNoScript(err) {
+			return errNoScript
+		}
+		return fmt.Errorf("redisflow: round on %s: %w", s.prefix, err)
+	}
 	r.Lost = r.Lost[:0]
-	for _, v := range lost {
-		if n, ok := v.(int64); ok {
-			r.Lost = append(r.Lost, int(n)-1)
+	for i, c := range renews {
+		if v, _ := c.Int64(); v == 0 {
+			r.Lost = append(r.Lost, i)
+		}
+	}
+	r.Verdicts = r.Verdicts[:0]
+	for i, a := range r.Admits {
+		if i >= n {
+			r.Verdicts = append(r.Verdicts, engine.FlowVerdict{Kind: engine.FlowWait})
+			continue
+		}
+		var v int64
+		switch c := admits[i].(type) {
+		case *redis.StatusCmd: // SET NX GET: the old value, or nil when it claimed the key
+			old, err := c.Result()
+			switch {
+			case errors.Is(err, redis.Nil):
+				v = -1
+			case err != nil:
+				return fmt.Errorf("redisflow: claim %s: %w", a.Dedupe, err)
+			case old == "done":
+				v = -2
+			case old == "run:"+a.Token:
+				v = -1 // a round sent again: the claim is its own
+			default:
+				v = 0 // another delivery runs it; poll
+			}
+		case *redis.Cmd:
+			var err error
+			if v, err = c.Int64(); err != nil {
+				return fmt.Errorf("redisflow: admit: %w", err)
+			}
+		}
+		switch {
+		case v == -1:
+			r.Verdicts = append(r.Verdicts, engine.FlowVerdict{Kind: engine.FlowAdmitted})
+		case v == -2:
+			r.Verdicts = append(r.Verdicts, engine.FlowVerdict{Kind: engine.FlowDuplicate})
+		default:
+			r.Verdicts = append(r.Verdicts, engine.FlowVerdict{Kind: engine.FlowWait, RetryIn: time.Duration(v) * time.Millisecond})
 		}
 	}
 	return nil
+}
+
+// errNoScript is a round that met a server without the scripts loaded.
+var errNoScript = errors.New("redisflow: NOSCRIPT")
+
+func loadScript(ctx context.Context, c redis.UniversalClient, sc *redis.Script) error {
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+			return sc.Load(ctx, n).Err()
+		})
+	}
+	return sc.Load(ctx, c).Err()
 }
 
 func ms(d time.Duration) int64 {
