@@ -3,6 +3,7 @@ package redisflow
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,4 +179,36 @@ func TestCluster(t *testing.T) {
 		{Token: "3", Dedupe: "d:c", Conc: "c:zz", ConcLimit: 1},
 	}})
 	same(t, "cluster", got, A, W, A)
+}
+
+// The README's ACL line for flow control is exactly enough: every kind of round runs as a user
+// granted only it, and ACL LOG stays empty.
+func TestACLLine(t *testing.T) {
+	srv, admin := redistest.Fresh(t)
+	ctx := context.Background()
+	admin.Do(ctx, "ACL", "LOG", "RESET")
+	line := "+ping +set +get +del +pttl +pexpire +zadd +zrem +zcard +zscore +zrange +zremrangebyscore +time +evalsha +eval +script|load ~flowrun:{jobs}:*"
+	args := []any{"ACL", "SETUSER", "flowacl", "reset", "on", ">pw"}
+	for _, f := range strings.Fields(line) {
+		args = append(args, f)
+	}
+	if err := admin.Do(ctx, args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Do(ctx, "ACL", "DELUSER", "flowacl")
+	admin.ScriptFlush(ctx)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "flowacl", Password: "pw"})
+	defer c.Close()
+	s := New(c, "jobs")
+	full := engine.FlowAdmit{Token: "1", Dedupe: "d:a", Conc: "c:a", ConcLimit: 1, Throttle: "t:a", ThrottleLimit: 5, Period: time.Second}
+	same(t, "admit", round(t, s, &engine.FlowRound{Admits: []engine.FlowAdmit{full, {Token: "2", Dedupe: "d:b"}, {Token: "3", Dedupe: "d:a", Conc: "c:a", ConcLimit: 1}}}), A, A, W)
+	r := &engine.FlowRound{Renews: []engine.FlowLease{{Token: "1", Conc: "c:a", Dedupe: "d:a"}}}
+	round(t, s, r)
+	round(t, s, &engine.FlowRound{Releases: []engine.FlowRelease{
+		{FlowLease: engine.FlowLease{Token: "1", Conc: "c:a", Dedupe: "d:a"}, Window: time.Hour},
+		{FlowLease: engine.FlowLease{Token: "2", Dedupe: "d:b"}},
+	}})
+	if n := admin.Do(ctx, "ACL", "LOG").Val(); n != nil && len(n.([]any)) > 0 {
+		t.Fatalf("ACL LOG: %v", n)
+	}
 }
