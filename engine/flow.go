@@ -100,7 +100,7 @@ func newFlowStage(r *runner, f *Flow, q *Queue, returner Returner, decisions cha
 		r: r, f: f, q: q, returner: returner, decisions: decisions, lease: lease,
 		in:          make(chan []*flowWait, 1),
 		admitted:    make(chan *Delivery, slots),
-		finished:    make(chan flowDone, c),
+		finished:    make(chan flowDone, slots), // workers never wait for a round
 		finishC:     make(chan struct{}),
 		doneC:       make(chan struct{}),
 		running:     map[*Delivery]*flowTicket{},
@@ -131,11 +131,7 @@ func (fs *flowStage) start(stop, grace context.Context) {
 			if len(ws) == 0 {
 				continue
 			}
-			select {
-			case fs.in <- ws:
-			case <-fs.doneC:
-				return // the grace period ended with it unstarted: its source brings it back
-			}
+			fs.in <- ws // the stage reads until the queue is closed, even after finish
 		}
 	}()
 	go fs.run(stop, grace)
@@ -200,13 +196,8 @@ func (fs *flowStage) run(stop, grace context.Context) {
 			fs.stopped = true
 		case <-graceC:
 			graceC = nil
-			// The grace period is over: what still waits is abandoned; a source with
-			// acknowledgement delivers it again.
-			for _, w := range fs.parked {
-				fs.r.log.Error().Str(FieldKey, w.d.Key).Str(FieldID, w.d.ID).Msg("flow control: waiting delivery abandoned at shutdown")
-			}
-			fs.q.Unhold(len(fs.parked))
-			fs.parked = nil
+			fs.returnParked()
+			fs.abandonParked()
 		case <-finishC:
 			// Every worker is done: send the last releases, pass their decisions on.
 			for {
@@ -228,6 +219,16 @@ func (fs *flowStage) run(stop, grace context.Context) {
 					sleep(grace, fs.backoff())
 				}
 			}
+			// What the pump still takes (the queue closes once the source's Receive has
+			// returned) never starts: back to the source, or left for it to deliver again.
+			if !fs.closedIn {
+				for ws := range fs.in {
+					fs.parked = append(fs.parked, ws...)
+					fs.returnParked()
+					fs.abandonParked()
+				}
+			}
+			fs.abandonParked()
 			return
 		}
 		if fs.stopped && fs.returner != nil {
@@ -342,6 +343,16 @@ func (fs *flowStage) returnParked() {
 	fs.parked = nil
 	fs.returner.Return(ds)
 	fs.q.Unhold(len(ds))
+}
+
+// abandonParked gives up on what still waits when the grace period is over: a source with
+// acknowledgement delivers it again.
+func (fs *flowStage) abandonParked() {
+	for _, w := range fs.parked {
+		fs.r.log.Error().Str(FieldKey, w.d.Key).Str(FieldID, w.d.ID).Msg("flow control: waiting delivery abandoned at shutdown")
+	}
+	fs.q.Unhold(len(fs.parked))
+	fs.parked = nil
 }
 
 // round is one store round: releases, due renewals and, when admit, admissions. It reports

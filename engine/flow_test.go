@@ -213,3 +213,45 @@ func TestMemFlowStoreLeaseExpires(t *testing.T) {
 		t.Fatalf("after the lease expired: %+v", r.Verdicts)
 	}
 }
+
+// At a stop, deliveries waiting for a key go back to a source that can take them back, and
+// every lease is released: nothing is run twice, nothing is lost, nothing stays held.
+func TestFlowStopReturnsWaitingAndReleases(t *testing.T) {
+	src := &releasingSource{fakeSource: fakeSource{caps: Capabilities{Ack: true}, deliveries: keyed(20, "a"), batch: 20, infinite: true}}
+	started := make(chan struct{}, 20)
+	release := make(chan struct{})
+	p := pipeline(src, func(context.Context, *Delivery) Result {
+		started <- struct{}{}
+		<-release
+		return Result{Outcome: Ack()}
+	})
+	store := NewMemFlowStore()
+	p.Flow = &Flow{Concurrency: &ConcurrencyKey{Key: headerKey("k"), Limit: 1}, Dedupe: &Dedupe{Key: headerKey("id"), Window: time.Hour}, Store: store}
+	for _, d := range src.deliveries {
+		d.Headers["id"] = d.ID
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- New(Options{}, p).Run(ctx) }()
+	<-started // one runs; 19 wait for key a
+	cancel()
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	settled, _, _ := src.snapshot()
+	src.mu.Lock()
+	returned := len(src.released)
+	src.mu.Unlock()
+	if len(settled) != 1 || returned != 19 {
+		t.Fatalf("settled %d, returned %d; want 1 and 19", len(settled), returned)
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if len(store.leases) != 0 {
+		t.Fatalf("leases left held: %v", store.leases)
+	}
+	if c := store.claims["d:"+settled[0].Delivery.ID]; c.token != "" {
+		t.Fatalf("the settled delivery's claim is %+v, want done", c)
+	}
+}
