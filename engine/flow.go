@@ -20,6 +20,9 @@ const (
 	flowPollMax = 50 * time.Millisecond
 	// flowMaxRound bounds the admissions, releases and renewals of one store round.
 	flowMaxRound = 512
+	// flowMaxHandoff bounds how often a lease passes to the next delivery of its key in this
+	// process before it is released and taken again.
+	flowMaxHandoff = 32
 )
 
 // flowStage sits between the queue and the handler slots (SPEC §13). It takes deliveries from
@@ -67,7 +70,8 @@ type flowWait struct {
 }
 
 type flowTicket struct {
-	lease FlowLease
+	lease    FlowLease
+	handoffs int // times the lease passed from one delivery of its key to the next
 }
 
 type flowDone struct {
@@ -328,7 +332,36 @@ func (fs *flowStage) finish1(fd flowDone) {
 		fs.decisions <- fd.dec
 		fd.passed = true
 	}
+	if fs.handoff(fd) {
+		return
+	}
 	fs.releases = append(fs.releases, fd)
+}
+
+// handoff passes a finished delivery's concurrency lease straight to the next waiting
+// delivery of its key, without a round trip, when a concurrency key is the only block (a
+// throttle counts every start, a dedupe claim is per message). After flowMaxHandoff in a row
+// the lease is released instead, so other processes get their turn at the key.
+func (fs *flowStage) handoff(fd flowDone) bool {
+	if fd.returned || fs.f.Concurrency == nil || fs.f.Dedupe != nil || fs.f.Throttle != nil || fs.stopped {
+		return false
+	}
+	t := fs.running[fd.d]
+	if t == nil || t.handoffs >= flowMaxHandoff {
+		return false
+	}
+	for i, w := range fs.parked {
+		if w.admit.Conc != t.lease.Conc {
+			continue
+		}
+		delete(fs.running, fd.d)
+		fs.running[w.d] = &flowTicket{lease: t.lease, handoffs: t.handoffs + 1}
+		fs.parked = append(fs.parked[:i], fs.parked[i+1:]...)
+		fs.slots--
+		fs.admitted <- w.d
+		return true
+	}
+	return false
 }
 
 // returnParked hands every waiting delivery back to the source (at a stop).

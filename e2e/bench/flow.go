@@ -7,7 +7,7 @@ import (
 
 // flowConcurrency is the flow workload's concurrency on every run when -concurrency is not
 // set: flow control is for handlers that wait on something, which run many at once.
-const flowConcurrency = 16
+const flowConcurrency = 64
 
 // flowBlocks are the flow workload's blocks, each sized not to bind on its own data (100
 // customers, unique ids), so that what is measured is what the block costs.
