@@ -47,20 +47,18 @@ func Prefix(pipeline string) string { return "flowrun:{" + pipeline + "}:" }
 // windows. Per key, admissions are in the order the engine sends them: it sends no more of one
 // key in a round than could be admitted (engine/flow.go), and Redis runs a pipeline in order.
 
-// admitScript decides one admission atomically over its keys (any of dedupe, concurrency,
-// throttle, in that order of KEYS as flagged by ARGV[2]): the dedupe claim first (a duplicate is
-// known as one without waiting for its other keys), then each limit; on a wait, nothing is
-// kept. ARGV: token, which keys ("dct" letters), lease ms, concurrency limit, throttle limit,
-// throttle period ms. Returns -1 admitted, -2 duplicate, or the ms after which trying again
-// may succeed (0: unknown).
+// admitScript decides a round's admissions that have a concurrency key or a throttle, in
+// order, each atomically over its keys: the dedupe claim first (a duplicate is known as one
+// without waiting for its other keys), then each limit; on a wait nothing is kept. One script
+// for the round rather than one per delivery: a script call costs Redis more than the few
+// commands each admission runs. KEYS: every key of those admissions, once each (one slot).
+// ARGV: lease ms, then per admission: token, dedupe, concurrency and throttle key indexes (0:
+// none), concurrency limit, throttle limit, throttle period ms. Returns per admission -1
+// admitted, -2 duplicate, or the ms after which trying again may succeed (0: unknown).
 var admitScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local tok, which, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local i, d, c, th = 1, nil, nil, nil
-if string.find(which, 'd', 1, true) then d = KEYS[i]; i = i + 1 end
-if string.find(which, 'c', 1, true) then c = KEYS[i]; i = i + 1 end
-if string.find(which, 't', 1, true) then th = KEYS[i] end
+local lease = tonumber(ARGV[1])
 -- A sorted set is full when it holds limit members scored above floor; older ones are purged
 -- only when it looks full, so the common case is one ZCARD.
 local function full(k, limit, floor)
@@ -71,33 +69,43 @@ end
 local function first(k)
   return tonumber(redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')[2])
 end
-local v = -1
--- A round sent again after a lost reply finds its own claim and lease: admitted already.
-if d then
-  local cur = redis.call('SET', d, 'run:' .. tok, 'NX', 'GET', 'PX', lease)
-  if cur == 'done' then return -2 end
-  if cur and cur ~= 'run:' .. tok then return math.max(redis.call('PTTL', d), 0) end
+local function admit(tok, d, c, cl, th, tl, tp)
+  -- A round sent again after a lost reply finds its own claim and lease: admitted already.
+  if d then
+    local cur = redis.call('SET', d, 'run:' .. tok, 'NX', 'GET', 'PX', lease)
+    if cur == 'done' then return -2 end
+    if cur and cur ~= 'run:' .. tok then return math.max(redis.call('PTTL', d), 0) end
+  end
+  local v = -1
+  if c and not redis.call('ZSCORE', c, tok) and full(c, cl, now) then
+    v = math.max(first(c) - now, 0)
+  end
+  if v == -1 and th and full(th, tl, now - tp) then
+    v = math.max(first(th) + tp - now, 0)
+  end
+  if v >= 0 then
+    if d then redis.call('DEL', d) end
+    return v
+  end
+  if c then
+    redis.call('ZADD', c, now + lease, tok)
+    redis.call('PEXPIRE', c, lease)
+  end
+  if th then
+    redis.call('ZADD', th, now, tok)
+    redis.call('PEXPIRE', th, tp)
+  end
+  return -1
 end
-if c and not redis.call('ZSCORE', c, tok) and full(c, tonumber(ARGV[4]), now) then
-  v = math.max(first(c) - now, 0)
+local out = {}
+local i = 2
+while i <= #ARGV do
+  local d, c, th = tonumber(ARGV[i+1]), tonumber(ARGV[i+2]), tonumber(ARGV[i+4])
+  out[#out + 1] = admit(ARGV[i], d > 0 and KEYS[d] or nil, c > 0 and KEYS[c] or nil, tonumber(ARGV[i+3]),
+    th > 0 and KEYS[th] or nil, tonumber(ARGV[i+5]), tonumber(ARGV[i+6]))
+  i = i + 7
 end
-local tp = tonumber(ARGV[6])
-if v == -1 and th and full(th, tonumber(ARGV[5]), now - tp) then
-  v = math.max(first(th) + tp - now, 0)
-end
-if v >= 0 then
-  if d then redis.call('DEL', d) end
-  return v
-end
-if c then
-  redis.call('ZADD', c, now + lease, tok)
-  redis.call('PEXPIRE', c, lease)
-end
-if th then
-  redis.call('ZADD', th, now, tok)
-  redis.call('PEXPIRE', th, tp)
-end
-return -1
+return out
 `)
 
 // renewScript keeps one running delivery's lease and claim alive. KEYS: the concurrency key
@@ -186,29 +194,42 @@ func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 		renews[i] = renewScript.EvalSha(ctx, p, keys, x.Token, which, lease)
 	}
 	n := min(len(r.Admits), max(r.Max, 0))
-	admits := make([]redis.Cmder, n)
+	claims := make([]*redis.StatusCmd, n) // dedupe alone: SET NX GET claims the key and says what held it
+	var keys []string
+	index := map[string]int{}
+	ix := func(k string) int {
+		if k == "" {
+			return 0
+		}
+		i, ok := index[k]
+		if !ok {
+			keys = append(keys, s.prefix+k)
+			i = len(keys)
+			index[k] = i
+		}
+		return i
+	}
+	scripted := make([]int, 0, n) // indexes of the admissions the script decides
+	args := []any{lease}
 	for i, a := range r.Admits[:n] {
 		if a.Conc == "" && a.Throttle == "" {
-			// Dedupe alone needs no script: SET NX GET claims the key and says what held it.
-			admits[i] = p.SetArgs(ctx, s.prefix+a.Dedupe, "run:"+a.Token, redis.SetArgs{Mode: "NX", Get: true, TTL: r.Lease})
+			claims[i] = p.SetArgs(ctx, s.prefix+a.Dedupe, "run:"+a.Token, redis.SetArgs{Mode: "NX", Get: true, TTL: r.Lease})
 			continue
 		}
-		keys, which := make([]string, 0, 3), ""
-		if a.Dedupe != "" {
-			keys, which = append(keys, s.prefix+a.Dedupe), which+"d"
-		}
-		if a.Conc != "" {
-			keys, which = append(keys, s.prefix+a.Conc), which+"c"
-		}
-		if a.Throttle != "" {
-			keys, which = append(keys, s.prefix+a.Throttle), which+"t"
-		}
-		admits[i] = admitScript.EvalSha(ctx, p, keys, a.Token, which, lease, a.ConcLimit, a.ThrottleLimit, ms(a.Period))
+		scripted = append(scripted, i)
+		args = append(args, a.Token, ix(a.Dedupe), ix(a.Conc), a.ConcLimit, ix(a.Throttle), a.ThrottleLimit, ms(a.Period))
 	}
-	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		if redisconn.IsNoScript(err) {
+	var script *redis.Cmd
+	if len(scripted) > 0 {
+		script = admitScript.EvalSha(ctx, p, keys, args...)
+	}
+	cmds, err := p.Exec(ctx)
+	for _, c := range cmds {
+		if redisconn.IsNoScript(c.Err()) {
 			return errNoScript
 		}
+	}
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("redisflow: round on %s: %w", s.prefix, err)
 	}
 	r.Lost = r.Lost[:0]
@@ -217,33 +238,39 @@ func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 			r.Lost = append(r.Lost, i)
 		}
 	}
-	r.Verdicts = r.Verdicts[:0]
-	for i, a := range r.Admits {
-		if i >= n {
-			r.Verdicts = append(r.Verdicts, engine.FlowVerdict{Kind: engine.FlowWait})
+	verdict := make([]int64, n)
+	if script != nil {
+		vs, err := script.Int64Slice()
+		if err != nil || len(vs) != len(scripted) {
+			return fmt.Errorf("redisflow: admit on %s: %d verdicts for %d admissions: %v", s.prefix, len(vs), len(scripted), err)
+		}
+		for j, i := range scripted {
+			verdict[i] = vs[j]
+		}
+	}
+	for i, c := range claims {
+		if c == nil {
 			continue
 		}
-		var v int64
-		switch c := admits[i].(type) {
-		case *redis.StatusCmd: // SET NX GET: the old value, or nil when it claimed the key
-			old, err := c.Result()
-			switch {
-			case errors.Is(err, redis.Nil):
-				v = -1
-			case err != nil:
-				return fmt.Errorf("redisflow: claim %s: %w", a.Dedupe, err)
-			case old == "done":
-				v = -2
-			case old == "run:"+a.Token:
-				v = -1 // a round sent again: the claim is its own
-			default:
-				v = 0 // another delivery runs it; poll
-			}
-		case *redis.Cmd:
-			var err error
-			if v, err = c.Int64(); err != nil {
-				return fmt.Errorf("redisflow: admit: %w", err)
-			}
+		old, err := c.Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			verdict[i] = -1
+		case err != nil:
+			return fmt.Errorf("redisflow: claim %s: %w", r.Admits[i].Dedupe, err)
+		case old == "done":
+			verdict[i] = -2
+		case old == "run:"+r.Admits[i].Token:
+			verdict[i] = -1 // a round sent again: the claim is its own
+		default:
+			verdict[i] = 0 // another delivery runs it; poll
+		}
+	}
+	r.Verdicts = r.Verdicts[:0]
+	for i := range r.Admits {
+		v := int64(0)
+		if i < n {
+			v = verdict[i]
 		}
 		switch {
 		case v == -1:
