@@ -8,20 +8,21 @@
 # (limit = 1). Across processes Redis gives no order: two processes may read a customer's
 # charges in either order, and each still waits for the other's to finish.
 
-redis "main" {
+redis "flow" {
   url      = env("REDIS_URL", "redis://127.0.0.1:6379/0")
   password = env("REDIS_PASSWORD", "")
 }
 
-pipeline "charges" {
+pipeline "billing" {
   source "claiming" {
-    stream   = "charges"
+    redis    = "flow"
+    stream   = "orders"
     min_idle = "30s"
   }
 
   concurrency  = 32
   max_attempts = 5
-  dead_letter  = "charges.dlq"
+  dead_letter  = "orders.dlq"
 
   concurrency_key {
     key   = "payload.customer"
@@ -46,7 +47,7 @@ pipeline "charges" {
 
   rule "charge" {
     emit "stream" {
-      key     = "charges.done"
+      key     = "orders.done"
       payload = "{'order_id': payload.order_id, 'charged': true}"
     }
     outcome = "ack"
@@ -54,7 +55,7 @@ pipeline "charges" {
 }
 
 test "charges of one customer share a key" {
-  pipeline = "charges"
+  pipeline = "billing"
   message {
     payload = jsonencode({ customer = "c-42", order_id = 1001 })
     headers = { tenant = "acme" }
@@ -68,7 +69,7 @@ test "charges of one customer share a key" {
 }
 
 test "a charge without a tenant counts against the default budget" {
-  pipeline = "charges"
+  pipeline = "billing"
   message { payload = jsonencode({ customer = "c-7", order_id = 7 }) }
   expect { throttle_key = "default" }
 }

@@ -10,6 +10,7 @@ redis "main" {
 
 pipeline "payouts" {
   source "claiming" {
+    redis    = "main"
     stream   = "payouts"
     min_idle = "30s"
   }
