@@ -255,3 +255,57 @@ func TestFlowStopReturnsWaitingAndReleases(t *testing.T) {
 		t.Fatalf("the settled delivery's claim is %+v, want done", c)
 	}
 }
+
+// endlessSource pushes deliveries of one key for as long as the engine takes them, counting.
+type endlessSource struct {
+	fakeSource
+	pushed atomic.Int64
+}
+
+func (e *endlessSource) Receive(ctx context.Context, feed Feed) error {
+	for i := 0; ; i++ {
+		n := feed.Room(ctx)
+		if n == 0 {
+			return ctx.Err()
+		}
+		ds := make([]*Delivery, n)
+		for j := range ds {
+			ds[j] = &Delivery{Message: Message{Key: "in", ID: strconv.Itoa(i*1000 + j), Headers: map[string]string{"k": "hot"}}}
+		}
+		if !feed.Push(ctx, ds) {
+			return ctx.Err()
+		}
+		e.pushed.Add(int64(n))
+	}
+}
+
+// Waiting deliveries count against the read-ahead bound: with one hot key whose handler never
+// finishes, reading stops at the source's batch, however long the backlog.
+func TestFlowWaitingCountsAgainstReadAhead(t *testing.T) {
+	src := &endlessSource{fakeSource: fakeSource{batch: 50}}
+	release := make(chan struct{})
+	p := pipeline(src, func(ctx context.Context, d *Delivery) Result {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return Result{Outcome: Ack()}
+	})
+	p.Concurrency = 8
+	p.Flow = &Flow{Concurrency: &ConcurrencyKey{Key: headerKey("k"), Limit: 1}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- New(Options{}, p).Run(ctx) }()
+	for deadline := time.Now().Add(5 * time.Second); src.pushed.Load() < 50; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("read only %d", src.pushed.Load())
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // it must not read on: nothing frees the hot key
+	if n := src.pushed.Load(); n > 50+1 {
+		t.Fatalf("read %d deliveries with one running and the rest waiting; the bound is the batch (50) plus the one running", n)
+	}
+	cancel()
+	close(release)
+	<-done
+}
