@@ -305,9 +305,13 @@ func assertFlowKeysExpire(t *testing.T, c redis.UniversalClient, pipeline string
 // other process starts the key's next message once the lease has run out, and the key's state
 // expires.
 func TestFlowCrashedLeaseExpires(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client(t)
-	tg := flowTarget{"standalone", fmt.Sprintf("redis \"main\" {\n  url = %q\n}\n", "redis://"+srv.Addr+"/0"), c}
+	for _, tg := range flowTargets(t) {
+		t.Run(tg.name, func(t *testing.T) { crashWhileHolding(t, tg) })
+	}
+}
+
+func crashWhileHolding(t *testing.T, tg flowTarget) {
+	c := tg.c
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "spans.log")
 	cfg := writeFile(t, dir, "flow.hcl", flowPipeline(tg, "crash", "crash.in", logPath, "3", `  concurrency_key {
