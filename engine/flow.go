@@ -408,9 +408,6 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 	var renewing []*Delivery
 	if !fs.renewAt.IsZero() && !now.Before(fs.renewAt) {
 		for d, t := range fs.running {
-			if len(r.Renews) >= 4*flowMaxRound {
-				break
-			}
 			renewing = append(renewing, d)
 			r.Renews = append(r.Renews, t.lease)
 		}
