@@ -29,8 +29,9 @@ const (
 // the queue (they go on counting against the read-ahead bound while they wait), computes their
 // keys, and asks the store in batched rounds which may start; admitted ones go to the workers.
 // Finished deliveries come back to it: their leases are released (dedupe claims marked done or
-// deleted) in the next round, together with the next admissions, and only then is the decision
-// passed to the settler, so a dedupe key is marked done before its delivery is acknowledged.
+// deleted) in the next round, together with the next admissions. With dedupe, the decision
+// goes to the settler only then, so a key is marked done before its delivery is acknowledged;
+// without, at once. The pump goroutine computes keys (prepare) while the stage is in a round.
 type flowStage struct {
 	r         *runner
 	f         *Flow
