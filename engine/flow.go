@@ -185,15 +185,6 @@ func (fs *flowStage) run(stop, grace context.Context) {
 			fs.parked = append(fs.parked, ws...)
 		case fd := <-fs.finished:
 			fs.finish1(fd)
-		more2:
-			for len(fs.releases) < flowMaxRound {
-				select {
-				case fd := <-fs.finished:
-					fs.finish1(fd)
-				default:
-					break more2
-				}
-			}
 			fs.poll = flowPollMin
 		case <-timer.C:
 		case <-stopC:
@@ -236,6 +227,9 @@ func (fs *flowStage) run(stop, grace context.Context) {
 			fs.abandonParked()
 			return
 		}
+		// Whatever else is ready goes into this round too: every handler that finished while
+		// the last round was out frees its slot now, so one round admits as many as it can.
+		fs.collect()
 		if fs.stopped && fs.returner != nil {
 			fs.returnParked()
 		}
@@ -337,6 +331,32 @@ func (fs *flowStage) finish1(fd flowDone) {
 		return
 	}
 	fs.releases = append(fs.releases, fd)
+}
+
+// collect takes, without waiting, every finished delivery and every batch the pump has ready.
+func (fs *flowStage) collect() {
+	for len(fs.releases) < flowMaxRound {
+		select {
+		case fd := <-fs.finished:
+			fs.finish1(fd)
+			fs.poll = flowPollMin
+			continue
+		default:
+		}
+		break
+	}
+	if fs.closedIn {
+		return
+	}
+	select {
+	case ws, ok := <-fs.in:
+		if !ok {
+			fs.closedIn = true
+			return
+		}
+		fs.parked = append(fs.parked, ws...)
+	default:
+	}
 }
 
 // handoff passes a finished delivery's concurrency lease straight to the next waiting
