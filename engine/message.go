@@ -62,6 +62,10 @@ type Delivery struct {
 	// Token is the transport's own handle for settling this delivery (an entry id, the exact
 	// element bytes, a byte offset). The engine never looks inside.
 	Token any
+	// Decoded caches what an expression made of the payload (package rules: its JSON value),
+	// so that a flow-control key and the rules decode it once between them. Set by whoever
+	// decodes first; the payload must not change afterwards.
+	Decoded any
 }
 
 // RetryCopy returns the copy that replaces d on a retry: same key, headers and payload, with

@@ -218,7 +218,12 @@ func (s *state) prepare(p *program) any {
 		s.boxed = nil
 	}
 	if p.usesPayload && !s.havePayload {
-		s.env.Payload = decodePayload(s.d.Payload, &s.env, s.haveRaw)
+		if c, ok := s.d.Decoded.(decodedPayload); ok {
+			s.env.Payload = c.v
+		} else {
+			s.env.Payload = decodePayload(s.d.Payload, &s.env, s.haveRaw)
+			s.d.Decoded = decodedPayload{s.env.Payload}
+		}
 		s.havePayload = true
 		s.boxed = nil
 	}
@@ -230,6 +235,9 @@ func (s *state) prepare(p *program) any {
 	}
 	return s.boxed
 }
+
+// decodedPayload is a delivery's decoded payload, kept in Delivery.Decoded.
+type decodedPayload struct{ v any }
 
 // decodePayload returns the JSON value of b, or b as a string when it is not valid JSON.
 func decodePayload(b []byte, e *env, haveRaw bool) any {
