@@ -128,7 +128,7 @@ func (l latencies) note() string {
 
 // print writes the final tables.
 func (r results) print(w io.Writer, o options) {
-	if len(r.rows) > 0 {
+	if slices.ContainsFunc(r.rows, func(x row) bool { return x.baseline == "" }) {
 		fmt.Fprintf(w, "%-17s %13s %15s %7s %18s   %s\n", "workload", "plain msg/s", "flowrun msg/s", "ratio", "flowrun peak RSS", "Redis CPU/msg: plain, flowrun")
 		for _, x := range r.rows {
 			if x.baseline != "" {
@@ -145,7 +145,10 @@ func (r results) print(w io.Writer, o options) {
 		}
 		if first {
 			first = false
-			fmt.Fprintf(w, "\n%-22s %15s %15s %7s %18s   %s\n", "flowrun, rules with", "without msg/s", "with msg/s", "ratio", "peak RSS (with)", "Redis CPU/msg: without, with")
+			if slices.ContainsFunc(r.rows, func(x row) bool { return x.baseline == "" }) {
+				fmt.Fprintln(w)
+			}
+			fmt.Fprintf(w, "%-22s %15s %15s %7s %18s   %s\n", "flowrun, rules with", "without msg/s", "with msg/s", "ratio", "peak RSS (with)", "Redis CPU/msg: without, with")
 		}
 		fmt.Fprintf(w, "%-22s %15s %15s %7.2f %18s   %s, %s\n", x.name, thousands(x.plain.rate()), thousands(x.flowrun.rate()), x.ratio(), mib(x.rss),
 			micros1(x.plain.redisPerMsg()), micros1(x.flowrun.redisPerMsg()))
