@@ -59,15 +59,24 @@ var admitScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
+-- Per key, the round counts members itself after one ZCARD, and sets the expiry once at the
+-- end: an admission costs one ZADD per key, not three commands.
+local count, expire = {}, {}
 -- A sorted set is full when it holds limit members scored above floor; older ones are purged
--- only when it looks full, so the common case is one ZCARD.
+-- only when it looks full.
 local function full(k, limit, floor)
-  if redis.call('ZCARD', k) < limit then return false end
+  if not count[k] then count[k] = redis.call('ZCARD', k) end
+  if count[k] < limit then return false end
   redis.call('ZREMRANGEBYSCORE', k, '-inf', floor)
-  return redis.call('ZCARD', k) >= limit
+  count[k] = redis.call('ZCARD', k)
+  return count[k] >= limit
 end
 local function first(k)
   return tonumber(redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')[2])
+end
+local function add(k, score, tok, ttl)
+  count[k] = (count[k] or 0) + redis.call('ZADD', k, score, tok)
+  expire[k] = ttl
 end
 local function admit(tok, d, c, cl, th, tl, tp)
   -- A round sent again after a lost reply finds its own claim and lease: admitted already.
@@ -77,7 +86,7 @@ local function admit(tok, d, c, cl, th, tl, tp)
     if cur and cur ~= 'run:' .. tok then return math.max(redis.call('PTTL', d), 0) end
   end
   local v = -1
-  if c and not redis.call('ZSCORE', c, tok) and full(c, cl, now) then
+  if c and full(c, cl, now) and not redis.call('ZSCORE', c, tok) then
     v = math.max(first(c) - now, 0)
   end
   if v == -1 and th and full(th, tl, now - tp) then
@@ -87,14 +96,8 @@ local function admit(tok, d, c, cl, th, tl, tp)
     if d then redis.call('DEL', d) end
     return v
   end
-  if c then
-    redis.call('ZADD', c, now + lease, tok)
-    redis.call('PEXPIRE', c, lease)
-  end
-  if th then
-    redis.call('ZADD', th, now, tok)
-    redis.call('PEXPIRE', th, tp)
-  end
+  if c then add(c, now + lease, tok, lease) end
+  if th then add(th, now, tok, tp) end
   return -1
 end
 local out = {}
@@ -105,6 +108,7 @@ while i <= #ARGV do
     th > 0 and KEYS[th] or nil, tonumber(ARGV[i+5]), tonumber(ARGV[i+6]))
   i = i + 7
 end
+for k, ttl in pairs(expire) do redis.call('PEXPIRE', k, ttl) end
 return out
 `)
 
