@@ -309,3 +309,37 @@ func TestFlowWaitingCountsAgainstReadAhead(t *testing.T) {
 	close(release)
 	<-done
 }
+
+// flakyStore fails its first rounds, as a Redis that is down for a while.
+type flakyStore struct {
+	*MemFlowStore
+	fails atomic.Int32
+}
+
+func (f *flakyStore) Round(ctx context.Context, r *FlowRound) error {
+	if f.fails.Add(-1) >= 0 {
+		return errors.New("connection refused")
+	}
+	return f.MemFlowStore.Round(ctx, r)
+}
+
+// A store that fails is tried again with backoff; nothing is handled without its admission and
+// nothing is lost.
+func TestFlowStoreFailureIsRetried(t *testing.T) {
+	src := &fakeSource{deliveries: keyed(10, "a", "b"), batch: 10}
+	store := &flakyStore{MemFlowStore: NewMemFlowStore()}
+	store.fails.Store(3)
+	var handled atomic.Int32
+	p := pipeline(src, func(context.Context, *Delivery) Result {
+		handled.Add(1)
+		return Result{Outcome: Ack()}
+	})
+	p.Flow = &Flow{Dedupe: &Dedupe{Key: headerKey("k"), Window: time.Hour}, Store: store}
+	if err := run(t, context.Background(), Options{}, p); err != nil {
+		t.Fatal(err)
+	}
+	settled, _, _ := src.snapshot()
+	if handled.Load() != 2 || len(settled) != 10 {
+		t.Fatalf("handled %d (want 2: keys a and b), settled %d (want 10: the rest are duplicates)", handled.Load(), len(settled))
+	}
+}
