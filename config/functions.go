@@ -16,14 +16,35 @@ import (
 
 // evalContext is the one curated set of functions available in every attribute (SPEC §2).
 // There are no variables. file() reads relative to dir, the directory of the calling file.
-func evalContext(dir string) *hcl.EvalContext {
+// rec, when set, records the values env() and file() return (for fingerprints).
+func evalContext(dir string, rec *inputRecorder) *hcl.EvalContext {
 	return &hcl.EvalContext{
 		Functions: map[string]function.Function{
-			"env":        envFunc,
-			"file":       fileFunc(dir),
+			"env":        recorded(envFunc, "env", rec),
+			"file":       recorded(fileFunc(dir), "file", rec),
 			"jsonencode": stdlib.JSONEncodeFunc,
 		},
 	}
+}
+
+// recorded wraps a one-string-result function so that rec sees what each call returned.
+func recorded(f function.Function, name string, rec *inputRecorder) function.Function {
+	if rec == nil {
+		return f
+	}
+	return function.New(&function.Spec{
+		Description: f.Description(),
+		Params:      f.Params(),
+		VarParam:    f.VarParam(),
+		Type:        function.StaticReturnType(cty.String),
+		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+			v, err := f.Call(args)
+			if err == nil && v.IsKnown() && !v.IsNull() && len(args) > 0 && args[0].IsKnown() && !args[0].IsNull() {
+				rec.add(name, args[0].AsString(), v.AsString())
+			}
+			return v, err
+		},
+	})
 }
 
 // envFunc is env(NAME) or env(NAME, DEFAULT). An unset variable without a default is an error

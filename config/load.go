@@ -144,11 +144,13 @@ func (p *parser) loadFile(name string) (*fileConfig, hcl.Diagnostics) {
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 	}
+	rec := &inputRecorder{}
 	d := &fileDecoder{
 		filename: name,
 		dir:      dir,
 		src:      f.Bytes,
-		ctx:      evalContext(dir),
+		rec:      rec,
+		ctx:      evalContext(dir, rec),
 		schemas:  p.schemas,
 		consumer: p.consumer,
 		override: p.override,
@@ -163,6 +165,7 @@ type fileDecoder struct {
 	dir      string // absolute; relative paths in the file are resolved against it
 	src      []byte
 	ctx      *hcl.EvalContext
+	rec      *inputRecorder // what env() and file() returned, for fingerprints
 	schemas  *schemas
 	consumer string
 	override bool
@@ -190,15 +193,21 @@ func (d *fileDecoder) decodeFile(body hcl.Body) (*fileConfig, hcl.Diagnostics) {
 		diags = append(diags, checkName(block)...)
 		switch block.Type {
 		case "redis":
-			r, ds := d.decodeRedisBlock(block)
+			var r *Redis
+			var ds hcl.Diagnostics
+			fp := d.fingerprintBlock(block, func() { r, ds = d.decodeRedisBlock(block) })
 			diags = append(diags, ds...)
 			if r != nil {
+				r.fingerprint = fp
 				fc.redis = append(fc.redis, r)
 			}
 		case "pipeline":
-			pl, ds := d.decodePipelineBlock(block)
+			var pl *Pipeline
+			var ds hcl.Diagnostics
+			fp := d.fingerprintBlock(block, func() { pl, ds = d.decodePipelineBlock(block) })
 			diags = append(diags, ds...)
 			if pl != nil {
+				pl.fingerprint = fp
 				fc.pipelines = append(fc.pipelines, pl)
 			}
 		case "test":
@@ -276,6 +285,7 @@ func merge(files []*fileConfig, complete bool) (*Config, hcl.Diagnostics) {
 	for _, t := range cfg.Tests {
 		diags = append(diags, resolveTest(t, pipelines)...)
 	}
+	cfg.finishFingerprints()
 	return cfg, diags
 }
 
