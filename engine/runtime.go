@@ -34,13 +34,33 @@ type Options struct {
 	Progress time.Duration
 }
 
-// Engine runs pipelines.
+// Engine runs pipelines: a set given to New, changed while it runs by Start and Stop (a reload,
+// SPEC §10).
 type Engine struct {
-	opts      Options
-	pipelines []*Pipeline
+	opts    Options
+	initial []*Pipeline // started by Run
+
+	// mu guards the registry of running pipelines and Run's state; never held across I/O.
+	mu      sync.Mutex
+	running map[string]*running // by pipeline name, until the pipeline has drained
+	order   []*running          // the same, in start order
+	ctx     context.Context     // Run's; nil outside Run
+	fail    context.CancelFunc  // stops every pipeline: one failed
+	errs    []error
+	ended   bool          // the last pipeline to end ended on its own, not by Stop
+	changed chan struct{} // a pipeline ended; Run looks again
 
 	sinkMu sync.Mutex
 	sinks  map[Target]*sinkEntry
+}
+
+// running is one pipeline of the registry.
+type running struct {
+	p       *Pipeline
+	stop    context.CancelFunc
+	done    chan struct{} // closed once it has drained
+	err     error         // set before done is closed
+	stopped bool          // Stop asked; guarded by Engine.mu
 }
 
 // sinkEntry is one target's sink, created once. Its own lock is held while it is created (which
@@ -59,19 +79,26 @@ func New(opts Options, pipelines ...*Pipeline) *Engine {
 		opts.Metrics = noMetrics{}
 	}
 	for _, p := range pipelines {
-		if p.Concurrency <= 0 {
-			p.Concurrency = runtime.NumCPU()
-		}
-		if p.ShutdownTimeout <= 0 {
-			p.ShutdownTimeout = DefaultShutdownTimeout
-		}
+		withDefaults(p)
 	}
-	return &Engine{opts: opts, pipelines: pipelines, sinks: map[Target]*sinkEntry{}}
+	return &Engine{
+		opts: opts, initial: pipelines, running: map[string]*running{}, ended: true,
+		changed: make(chan struct{}, 1), sinks: map[Target]*sinkEntry{},
+	}
 }
 
-// Ready reports whether every source that can tell is connected.
+func withDefaults(p *Pipeline) {
+	if p.Concurrency <= 0 {
+		p.Concurrency = runtime.NumCPU()
+	}
+	if p.ShutdownTimeout <= 0 {
+		p.ShutdownTimeout = DefaultShutdownTimeout
+	}
+}
+
+// Ready reports whether every running source that can tell is connected.
 func (e *Engine) Ready() bool {
-	for _, p := range e.pipelines {
+	for _, p := range e.Pipelines() {
 		if r, ok := p.Source.(interface{ Ready() bool }); ok && !r.Ready() {
 			return false
 		}
@@ -79,31 +106,137 @@ func (e *Engine) Ready() bool {
 	return true
 }
 
+// Pipelines returns the pipelines running now (stopping ones included), in start order.
+func (e *Engine) Pipelines() []*Pipeline {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]*Pipeline, 0, len(e.order))
+	for _, r := range e.order {
+		out = append(out, r.p)
+	}
+	return out
+}
+
 // Run runs every pipeline until ctx is cancelled (a stop signal) or every finite source is done,
 // then drains: in-flight handlers finish within shutdown_timeout, settlements go out, held
 // delayed copies are written. A pipeline that fails stops the others; Run returns its error.
+// While Run runs, Start and Stop change the set; a set emptied by Stop keeps Run waiting.
 func (e *Engine) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	for _, p := range e.pipelines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := e.runPipeline(ctx, p); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-				cancel()
-			}
-		}()
+	e.mu.Lock()
+	if e.ctx != nil {
+		e.mu.Unlock()
+		return errors.New("engine: already running")
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	e.ctx, e.fail = ctx, cancel
+	for _, p := range e.initial {
+		if err := e.startLocked(p); err != nil {
+			e.errs = append(e.errs, err)
+			cancel()
+		}
+	}
+	e.initial = nil
+	e.mu.Unlock()
+
+	stopped := ctx.Done()
+	for {
+		e.mu.Lock()
+		idle := len(e.running) == 0 && (ctx.Err() != nil || e.ended)
+		e.mu.Unlock()
+		if idle {
+			break
+		}
+		select {
+		case <-e.changed:
+		case <-stopped:
+			stopped = nil // now only the pipelines' ends matter
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.ctx = nil
+	return errors.Join(e.errs...)
+}
+
+// Start starts a pipeline while Run runs. Its name must not be running (a changed pipeline is
+// stopped first).
+func (e *Engine) Start(p *Pipeline) error {
+	withDefaults(p)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ctx == nil || e.ctx.Err() != nil {
+		return fmt.Errorf("pipeline %s: engine is not running", p.Name)
+	}
+	return e.startLocked(p)
+}
+
+func (e *Engine) startLocked(p *Pipeline) error {
+	if _, dup := e.running[p.Name]; dup {
+		return fmt.Errorf("pipeline %s: already running", p.Name)
+	}
+	stop, cancel := context.WithCancel(e.ctx)
+	r := &running{p: p, stop: cancel, done: make(chan struct{})}
+	e.running[p.Name] = r
+	e.order = append(e.order, r)
+	e.ended = false
+	go func() {
+		err := e.runPipeline(stop, p)
+		cancel()
+		e.mu.Lock()
+		r.err = err
+		delete(e.running, p.Name)
+		for i, o := range e.order {
+			if o == r {
+				e.order = append(e.order[:i:i], e.order[i+1:]...)
+				break
+			}
+		}
+		if !r.stopped {
+			e.ended = true
+			if err != nil {
+				e.errs = append(e.errs, err)
+				e.fail()
+			}
+		}
+		e.mu.Unlock()
+		close(r.done)
+		select {
+		case e.changed <- struct{}{}:
+		default:
+		}
+	}()
+	return nil
+}
+
+// Stop stops one pipeline as a stop signal would (in-flight handlers finish within its
+// shutdown_timeout, settlements go out, held copies are written) and returns once it has
+// drained, with its error if it failed. The others run on. A name not running is no error.
+func (e *Engine) Stop(name string) error {
+	e.mu.Lock()
+	r := e.running[name]
+	if r == nil {
+		e.mu.Unlock()
+		return nil
+	}
+	r.stopped = true
+	e.ended = false // an emptied set waits for a Start
+	e.mu.Unlock()
+	r.stop()
+	<-r.done
+	return r.err
+}
+
+// DropSinks forgets the cached sinks drop returns true for (their Redis block changed in a
+// reload), so the next emit to such a target resolves a new one.
+func (e *Engine) DropSinks(drop func(Target) bool) {
+	e.sinkMu.Lock()
+	defer e.sinkMu.Unlock()
+	for t := range e.sinks {
+		if drop(t) {
+			delete(e.sinks, t)
+		}
+	}
 }
 
 func (e *Engine) sink(t Target) (Sink, error) {
