@@ -66,6 +66,14 @@ func newMetrics() *promMetrics {
 	return m
 }
 
+// forget drops the gauges of a pipeline a reload removed, so they do not report its last
+// values forever; its counters stay, as counters do.
+func (m *promMetrics) forget(name string) {
+	for _, g := range []*prometheus.GaugeVec{m.inflight, m.delayed, m.sources.lag, m.sources.pending, m.sources.deadLetters} {
+		g.DeleteLabelValues(name)
+	}
+}
+
 func (m *promMetrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }

@@ -8,6 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -50,7 +53,14 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 
 	redisconn.SetDriverLogger(logger) // go-redis's own notices, at debug, not raw on stderr
 
-	cfg := load(paths, config.Options{Consumer: f.consumer}, stdio)
+	// SIGHUP reloads (SPEC §10); caught from here on, so that one sent while starting does not
+	// kill the process. It is acted on once the pipelines run.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	opts := config.Options{Consumer: f.consumer}
+	cfg := load(paths, opts, stdio)
 	if cfg == nil {
 		return ExitConfig
 	}
@@ -82,9 +92,25 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 		defer srv.Close()
 	}
 
+	rl := &reloader{paths: paths, opts: opts, names: f.pipelines, eng: eng, w: w, metrics: metrics, log: logger, selected: selected}
+	bg, stopBg := context.WithCancel(ctx)
+	var bgDone sync.WaitGroup
+	defer func() {
+		stopBg()
+		bgDone.Wait() // a reload under way ends before the wiring is closed
+	}()
 	if f.httpAddr != "" {
-		go metrics.sources.sample(ctx, sampleEvery, eng.Ready, selected, func(b string) *transports.Env { return w.env(logger, b) }, logger)
+		bgDone.Add(1)
+		go func() {
+			defer bgDone.Done()
+			metrics.sources.sample(bg, sampleEvery, eng.Ready, rl.current, func(b string) *transports.Env { return w.env(logger, b) }, logger)
+		}()
 	}
+	bgDone.Add(1)
+	go func() {
+		defer bgDone.Done()
+		rl.loop(bg, hup)
+	}()
 	logger.Info().Int("pipelines", len(pipelines)).Msg("flowrun started")
 	if err := eng.Run(ctx); err != nil {
 		logger.Error().Err(err).Msg("flowrun stopped on a failure")

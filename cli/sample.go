@@ -40,8 +40,8 @@ func newSourceGauges(reg *prometheus.Registry) *sourceGauges {
 // sample reads every pipeline whose source can tell (transports.Inspector) once the sources are
 // ready (their groups exist then), and then every `every` until ctx ends: one cheap round trip
 // or two per source. A failed read keeps the last values and is logged at debug (the source's
-// own read loop reports an outage).
-func (g *sourceGauges) sample(ctx context.Context, every time.Duration, ready func() bool, pipelines []*config.Pipeline, env func(redisBlock string) *transports.Env, log zerolog.Logger) {
+// own read loop reports an outage). pipelines is asked each time: a reload changes the set.
+func (g *sourceGauges) sample(ctx context.Context, every time.Duration, ready func() bool, pipelines func() []*config.Pipeline, env func(redisBlock string) *transports.Env, log zerolog.Logger) {
 	wait := time.NewTicker(100 * time.Millisecond)
 	for start := time.Now(); !ready() && time.Since(start) < every; {
 		select {
@@ -55,7 +55,7 @@ func (g *sourceGauges) sample(ctx context.Context, every time.Duration, ready fu
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		for _, p := range pipelines {
+		for _, p := range pipelines() {
 			in, ok := p.Source.Config.(transports.Inspector)
 			if !ok {
 				continue
