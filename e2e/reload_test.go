@@ -73,7 +73,9 @@ func contains(list []string, s string) bool {
 }
 
 // stoppedLog reports whether pipeline logged "pipeline stopped".
-func stoppedLog(stderr, pipeline string) bool { return logIndex(stderr, pipeline, "pipeline stopped") >= 0 }
+func stoppedLog(stderr, pipeline string) bool {
+	return logIndex(stderr, pipeline, "pipeline stopped") >= 0
+}
 
 // logIndex returns the number of the first JSON log line of pipeline with message msg, or -1.
 func logIndex(stderr, pipeline, msg string) int {
@@ -215,7 +217,9 @@ func TestReloadRedisBlockChanged(t *testing.T) {
 	a, b := redistest.Start(t), redistest.Start(t)
 	ra, rb := a.Client(t), b.Client(t)
 	dir := t.TempDir()
-	redisFile := func(url string) { writeFile(t, dir, "a_redis.hcl", fmt.Sprintf("redis \"main\" {\n  url = %q\n}\n", url)) }
+	redisFile := func(url string) {
+		writeFile(t, dir, "a_redis.hcl", fmt.Sprintf("redis \"main\" {\n  url = %q\n}\n", url))
+	}
 	redisFile(a.URL)
 	writeFile(t, dir, "p.hcl", reloadPipeline("p", "in", "out", "string(payload)"))
 	p := start(t, "run", "--log-format", "json", dir)
