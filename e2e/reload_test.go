@@ -110,8 +110,12 @@ func TestReloadOnSIGHUP(t *testing.T) {
 }
 `, marks))
 
-	p := start(t, "run", "--log-format", "json", dir)
-	eventually(t, 10*time.Second, "flowrun started", func() bool { return strings.Contains(p.err.String(), `"flowrun started"`) })
+	addr := freeAddr(t)
+	metrics := func() string { _, body := httpGet("http://" + addr + "/metrics"); return body }
+	p := start(t, "run", "--log-format", "json", "--http-addr", addr, dir)
+	eventually(t, 10*time.Second, "the first gauges", func() bool {
+		return strings.Contains(metrics(), `flowrun_source_pending{pipeline="gone"}`)
+	})
 	xadd(t, rdb, "k_in", "1")
 	xadd(t, rdb, "c_in", "1")
 	eventually(t, 10*time.Second, "both pipelines handle", func() bool {
@@ -159,6 +163,16 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		if i := logIndex(stderr, name, "pipeline started"); i < 0 || i > goneStopped {
 			t.Errorf("%s did not start before gone had drained (lines %d, %d):\n%s", name, i, goneStopped, stderr)
 		}
+	}
+	// Gauges of a removed pipeline go (its counters stay, as counters do).
+	m := metrics()
+	for _, g := range []string{"flowrun_source_pending", "flowrun_source_lag", "flowrun_inflight", "flowrun_delayed_held"} {
+		if strings.Contains(m, g+`{pipeline="gone"}`) {
+			t.Errorf("%s of the removed pipeline is still reported:\n%s", g, grepLines(m, "pipeline="))
+		}
+	}
+	if !strings.Contains(m, `flowrun_source_pending{pipeline="keep"}`) {
+		t.Errorf("keep's gauges went too:\n%s", grepLines(m, "pipeline="))
 	}
 	if stoppedLog(stderr, "keep") {
 		t.Errorf("keep was stopped by a reload that did not change it:\n%s", stderr)
