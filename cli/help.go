@@ -23,7 +23,7 @@ type command struct {
 
 // commands are flowrun's commands in the order `flowrun help` lists them.
 var commands = []command{
-	{"run", "[flags] [PATH...]", "load, validate and run pipelines until a stop signal or the end of finite input",
+	{"run", "[flags] [PATH...]", "load, validate and run pipelines until a stop signal or the end of finite input; SIGHUP reloads the files",
 		"flowrun run --pipeline payouts --http-addr :9090 examples/"},
 	{"validate", "[--json] [PATH...]", "check configuration without connecting anywhere; print ok: N pipelines",
 		"flowrun validate --json examples/orders.hcl"},
