@@ -45,7 +45,14 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	if err != nil {
 		return flagExit(err)
 	}
-	logger, err := newLogger(stdio.Err, f.logFormat, f.logLevel)
+	format := resolveLogFormat(stdio.Err, f.logFormat)
+	var bar *progressBar
+	logOut := stdio.Err
+	if wantBar(format, stdio.Err) {
+		bar = &progressBar{out: stdio.Err}
+		logOut = bar // log lines go above the bar
+	}
+	logger, err := newLogger(logOut, format, f.logLevel)
 	if err != nil {
 		fmt.Fprintf(stdio.Err, "flowrun run: %v\n", err)
 		return ExitConfig
@@ -111,6 +118,13 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 		defer bgDone.Done()
 		rl.loop(bg, hup)
 	}()
+	if bar != nil {
+		bgDone.Add(1)
+		go func() {
+			defer bgDone.Done()
+			bar.run(bg, eng.Pipelines)
+		}()
+	}
 	logger.Info().Int("pipelines", len(pipelines)).Msg("flowrun started")
 	if err := eng.Run(ctx); err != nil {
 		logger.Error().Err(err).Msg("flowrun stopped on a failure")
@@ -160,17 +174,23 @@ func selectPipelines(cfg *config.Config, names []string) ([]*config.Pipeline, hc
 	return selected, diags
 }
 
-func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {
-	lvl, err := zerolog.ParseLevel(level)
-	if err != nil || level == "" || lvl > zerolog.ErrorLevel || lvl < zerolog.DebugLevel {
-		return zerolog.Nop(), fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
-	}
+// resolveLogFormat is --log-format, or when unset console on a terminal and json otherwise.
+func resolveLogFormat(w io.Writer, format string) string {
 	if format == "" {
 		format = "json"
 		if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
 			format = "console"
 		}
 	}
+	return format
+}
+
+func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil || level == "" || lvl > zerolog.ErrorLevel || lvl < zerolog.DebugLevel {
+		return zerolog.Nop(), fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	format = resolveLogFormat(w, format)
 	switch format {
 	case "json":
 	case "console":
