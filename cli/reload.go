@@ -13,6 +13,7 @@ import (
 
 	"github.com/flowrun/flowrun/config"
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/transports"
 )
 
 // reloader applies SIGHUP (SPEC §10 "Reload"): it loads and validates the files again; on an
@@ -28,8 +29,9 @@ type reloader struct {
 	metrics *promMetrics
 	log     zerolog.Logger
 
-	mu       sync.Mutex
-	selected []*config.Pipeline // as last loaded, in file order
+	mu        sync.Mutex
+	selected  []*config.Pipeline // as last loaded, in file order
+	stdinRead bool               // a pipeline has read standard input: no other may
 }
 
 // current returns the pipelines of the last good load, for the gauges.
@@ -73,17 +75,30 @@ func (r *reloader) reload(ctx context.Context) {
 	var added, changed, kept, removed []string
 	var start []*config.Pipeline
 	seen := map[string]bool{}
+	running := make([]*config.Pipeline, 0, len(next)) // what runs after the reload, its config
 	for _, p := range next {
 		seen[p.Name] = true
 		switch o := old[p.Name]; {
+		case o == nil && readsStdin(p) && r.stdinRead:
+			r.log.Error().Str(engine.FieldPipeline, p.Name).Msg("cannot start pipeline: standard input was read by another pipeline already")
+			continue // not running: tried again by the next reload
 		case o == nil:
 			added = append(added, p.Name)
 			start = append(start, p)
+			running = append(running, p)
+		case o.Fingerprint() != p.Fingerprint() && (readsStdin(o) || readsStdin(p)):
+			// Its reader has read ahead of what it handed over: a new run would lose those
+			// lines. It runs on as it was.
+			r.log.Warn().Str(engine.FieldPipeline, p.Name).Msg("pipeline reads standard input and is not restarted by a reload: its change applies at the next start of flowrun")
+			kept = append(kept, p.Name)
+			running = append(running, o)
 		case o.Fingerprint() != p.Fingerprint():
 			changed = append(changed, p.Name)
 			start = append(start, p)
+			running = append(running, p)
 		default:
 			kept = append(kept, p.Name)
+			running = append(running, p)
 		}
 	}
 	for _, p := range r.current() {
@@ -113,7 +128,7 @@ func (r *reloader) reload(ctx context.Context) {
 	// Each redis block whose client goes (changed, removed, or used by no pipeline now) is closed
 	// once its old users have stopped; its cached sinks go with it.
 	dropped := map[string]chan struct{}{}
-	for _, b := range r.w.reconfigure(cfg, next) {
+	for _, b := range r.w.reconfigure(cfg, running) {
 		done := make(chan struct{})
 		dropped[b] = done
 		var users []chan struct{}
@@ -150,6 +165,11 @@ func (r *reloader) reload(ctx context.Context) {
 					<-ch
 				}
 			}
+			if readsStdin(p) {
+				r.mu.Lock()
+				r.stdinRead = true
+				r.mu.Unlock()
+			}
 			if err := r.startOne(ctx, p); err != nil {
 				r.log.Error().Err(err).Str(engine.FieldPipeline, p.Name).Msg("cannot start pipeline")
 				mu.Lock()
@@ -167,7 +187,6 @@ func (r *reloader) reload(ctx context.Context) {
 	for _, ch := range dropped {
 		<-ch
 	}
-	running := next
 	for _, name := range failed {
 		running = without(running, name) // tried again as new by the next reload
 	}
@@ -182,6 +201,12 @@ func (r *reloader) reload(ctx context.Context) {
 	}
 	ev.Strs("added", nonNil(added)).Strs("changed", nonNil(changed)).Strs("removed", nonNil(removed)).
 		Strs("kept", nonNil(kept)).Msg("reloaded")
+}
+
+// readsStdin reports whether the pipeline's source reads standard input (a pipe source).
+func readsStdin(p *config.Pipeline) bool {
+	r, ok := p.Source.Config.(transports.StdinReader)
+	return ok && r.ReadsStdin()
 }
 
 // startOne builds and starts one pipeline of a reload.

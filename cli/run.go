@@ -100,6 +100,9 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	}
 
 	rl := &reloader{paths: paths, opts: opts, names: f.pipelines, eng: eng, w: w, metrics: metrics, log: logger, selected: selected}
+	for _, p := range selected {
+		rl.stdinRead = rl.stdinRead || readsStdin(p)
+	}
 	bg, stopBg := context.WithCancel(ctx)
 	var bgDone sync.WaitGroup
 	defer func() {
