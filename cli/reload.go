@@ -42,7 +42,13 @@ func (r *reloader) current() []*config.Pipeline {
 }
 
 // loop reloads on each signal on hup until ctx ends; signals during a reload make one more.
+// One sent while flowrun starts waits for the engine to run the pipelines first.
 func (r *reloader) loop(ctx context.Context, hup <-chan os.Signal) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-r.eng.Started():
+	}
 	for {
 		select {
 		case <-ctx.Done():

@@ -27,8 +27,12 @@ func TestStartStopWhileRunning(t *testing.T) {
 	goneP.Name = "gone"
 
 	e := New(Options{}, keepP, goneP)
+	if err := e.Start(keepP); err == nil {
+		t.Fatal("Start before Run succeeded")
+	}
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
+	<-e.Started()
 	<-started
 	if got := names(e.Pipelines()); got != "keep gone" {
 		t.Fatalf("running %q", got)

@@ -49,6 +49,7 @@ type Engine struct {
 	errs    []error
 	ended   bool          // the last pipeline to end ended on its own, not by Stop
 	changed chan struct{} // a pipeline ended; Run looks again
+	started chan struct{} // closed once Run has started the initial set
 
 	sinkMu sync.Mutex
 	sinks  map[Target]*sinkEntry
@@ -83,7 +84,7 @@ func New(opts Options, pipelines ...*Pipeline) *Engine {
 	}
 	return &Engine{
 		opts: opts, initial: pipelines, running: map[string]*running{}, ended: true,
-		changed: make(chan struct{}, 1), sinks: map[Target]*sinkEntry{},
+		changed: make(chan struct{}, 1), started: make(chan struct{}), sinks: map[Target]*sinkEntry{},
 	}
 }
 
@@ -138,6 +139,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	e.initial = nil
 	e.mu.Unlock()
+	close(e.started)
 
 	stopped := ctx.Done()
 	for {
@@ -158,6 +160,10 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.ctx = nil
 	return errors.Join(e.errs...)
 }
+
+// Started is closed once Run has started the pipelines given to New: from then on Start and
+// Stop change the set.
+func (e *Engine) Started() <-chan struct{} { return e.started }
 
 // Start starts a pipeline while Run runs. Its name must not be running (a changed pipeline is
 // stopped first).
