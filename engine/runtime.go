@@ -97,8 +97,13 @@ func withDefaults(p *Pipeline) {
 	}
 }
 
-// Ready reports whether every running source that can tell is connected.
+// Ready reports whether Run has started and every running source that can tell is connected.
 func (e *Engine) Ready() bool {
+	select {
+	case <-e.started:
+	default:
+		return false
+	}
 	for _, p := range e.Pipelines() {
 		if r, ok := p.Source.(interface{ Ready() bool }); ok && !r.Ready() {
 			return false
