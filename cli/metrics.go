@@ -67,8 +67,11 @@ func newMetrics() *promMetrics {
 }
 
 // forget drops the gauges of a pipeline a reload removed, so they do not report its last
-// values forever; its counters stay, as counters do.
+// values forever; its counters stay, as counters do. The reload has taken it out of the set the
+// sampler reads first.
 func (m *promMetrics) forget(name string) {
+	m.sources.mu.Lock()
+	defer m.sources.mu.Unlock()
 	for _, g := range []*prometheus.GaugeVec{m.inflight, m.delayed, m.sources.lag, m.sources.pending, m.sources.deadLetters} {
 		g.DeleteLabelValues(name)
 	}

@@ -128,7 +128,6 @@ func (r *reloader) reload(ctx context.Context) {
 				r.log.Error().Err(err).Str(engine.FieldPipeline, name).Msg("pipeline failed while stopping")
 			}
 			r.w.release(name)
-			r.metrics.forget(name)
 		}()
 	}
 	// Each redis block whose client goes (changed, removed, or used by no pipeline now) is closed
@@ -199,6 +198,9 @@ func (r *reloader) reload(ctx context.Context) {
 	r.mu.Lock()
 	r.selected = running
 	r.mu.Unlock()
+	for _, name := range removed {
+		r.metrics.forget(name)
+	}
 
 	ev := r.log.Info()
 	if len(failed) > 0 {

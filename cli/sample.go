@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +19,9 @@ const sampleEvery = 15 * time.Second
 // sourceGauges are the numbers `flowrun inspect` prints, kept for Prometheus and autoscalers.
 type sourceGauges struct {
 	lag, pending, deadLetters *prometheus.GaugeVec
+	// mu orders a sample's writes with a reload's forget: a pipeline removed while it was
+	// being read is not written back.
+	mu sync.Mutex
 }
 
 func newSourceGauges(reg *prometheus.Registry) *sourceGauges {
@@ -76,9 +81,13 @@ func (g *sourceGauges) sample(ctx context.Context, every time.Duration, ready fu
 			if lag == nil {
 				lag = st.Lag
 			}
-			set(g.lag, lag)
-			set(g.pending, st.Pending)
-			set(g.deadLetters, st.DeadLetters)
+			g.mu.Lock()
+			if slices.Contains(pipelines(), p) {
+				set(g.lag, lag)
+				set(g.pending, st.Pending)
+				set(g.deadLetters, st.DeadLetters)
+			}
+			g.mu.Unlock()
 		}
 		select {
 		case <-ctx.Done():
