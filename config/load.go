@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
 
+	"github.com/flowrun/flowrun/schema"
 	"github.com/flowrun/flowrun/transports"
 )
 
@@ -175,13 +176,22 @@ type fileConfig struct {
 	tests     []*Test
 }
 
-var rootSchema = &hcl.BodySchema{
-	Blocks: []hcl.BlockHeaderSchema{
-		{Type: "redis", LabelNames: []string{"name"}},
-		{Type: "pipeline", LabelNames: []string{"name"}},
-		{Type: "test", LabelNames: []string{"name"}},
-	},
-}
+// rootBody is a file's top level, documented: Reference starts here.
+var rootBody = &schema.Body{Blocks: []schema.Block{
+	{Type: "redis", Labels: []string{"name"}, Occurs: "any number", Body: redisBody,
+		Doc: "A Redis connection that sources and emits name. When there is exactly one, they use it without naming it."},
+	{Type: "pipeline", Labels: []string{"name"}, Occurs: "any number", Body: pipelineBody,
+		Doc: "A source, the rules or Go handler that decide each message's outcome, and the failure policy."},
+	{Type: "test", Labels: []string{"name"}, Occurs: "any number", Body: testBody,
+		Doc: "A config test, run by `flowrun test` without any connection: a message, and the outcome and emits a pipeline must produce."},
+}}
+
+var rootSchema = rootBody.HCL()
+
+// Reference is the configuration language as declared: every block and attribute config decodes,
+// with its documentation, for the reference `go generate ./docs` writes. Source blocks and
+// handler blocks are declared by their kinds (transports.Kinds) and handlers.
+func Reference() *schema.Body { return rootBody }
 
 func (d *fileDecoder) decodeFile(body hcl.Body) (*fileConfig, hcl.Diagnostics) {
 	fc := &fileConfig{}
