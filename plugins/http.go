@@ -42,6 +42,7 @@ const (
 func init() {
 	Register(Spec[httpConfig]{
 		Name: "http",
+		Body: httpBody,
 		Doc:  "sends each message to an HTTP endpoint; 2xx acks, 429 and 5xx retry later, other statuses dead-letter",
 		Defaults: func() httpConfig {
 			return httpConfig{Method: httpDefaultMethod, Timeout: httpDefaultTimeout, HeaderPrefix: httpDefaultHeaderPrefix}
