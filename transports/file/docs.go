@@ -28,10 +28,10 @@ or a dead letter twice. ` + "`attempt`" + ` is ` + "`x-retry-count`" + ` + 1.
 
 const fileExample = `pipeline "orders" {
   source "file" {
-    path       = "data/orders.jsonl"   # relative to this file
-    key        = "orders"              # default: every key but the dead letter's
-    follow     = false                 # stop at the end of the file
-    checkpoint = "data/orders.offset"  # resume where the last run stopped
+    path       = "data/orders.jsonl"  # relative to this file
+    key        = "orders"             # default: every key but the dead letter's
+    follow     = false                # stop at the end of the file
+    checkpoint = "data/orders.offset" # resume where the last run stopped
   }
 
   concurrency  = 1
@@ -49,7 +49,7 @@ const fileExample = `pipeline "orders" {
   rule "accepted" {
     emit "record" {
       key  = "orders.accepted"
-      path = "data/accepted.jsonl"     # append to a file instead of stdout
+      path = "data/accepted.jsonl" # append to a file instead of stdout
     }
     outcome = "ack"
   }

@@ -28,10 +28,10 @@ permanent failure.
 
 const pipeExample = `pipeline "events" {
   source "pipe" {
-    key = "events"   # default: every key
+    key = "events" # default: every key
   }
 
-  out_retry    = "events.retry"   # retry copies leave on stdout under this key
+  out_retry    = "events.retry" # retry copies leave on stdout under this key
   max_attempts = 3
   dead_letter  = "events.dead"
 

@@ -31,8 +31,8 @@ const listExample = `redis "main" {
 pipeline "jobs" {
   source "list" {
     key        = "jobs"
-    reliable   = true                      # BLMOVE to a processing list
-    consumer   = "worker-1"                # default: the host name
+    reliable   = true                       # BLMOVE to a processing list
+    consumer   = "worker-1"                 # default: the host name
     processing = "jobs:processing:worker-1" # the default for this consumer
     batch      = 10
     block      = "2s"

@@ -29,12 +29,12 @@ const pubsubExample = `redis "main" {
 
 pipeline "audit" {
   source "pubsub" {
-    patterns = ["orders.*", "payments.*"]   # or channels = ["orders.created"]
+    patterns = ["orders.*", "payments.*"] # or channels = ["orders.created"]
   }
 
-  retry_to     = "audit.retry"   # where retry copies are published (patterns only)
+  retry_to     = "audit.retry" # where retry copies are published (patterns only)
   max_attempts = 3
-  dead_letter  = "audit.dlq"     # a stream
+  dead_letter  = "audit.dlq" # a stream
 
   rule "noise" {
     when    = "key endsWith '.heartbeat'"

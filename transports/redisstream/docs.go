@@ -80,19 +80,19 @@ var kindExample = map[string]string{
 pipeline "orders" {
   source "stream" {
     stream       = "orders"
-    group        = "orders"       # default: the pipeline's name
-    consumer     = "worker-1"     # default: the host name
-    start        = "0"            # or "$": only new entries
+    group        = "orders"   # default: the pipeline's name
+    consumer     = "worker-1" # default: the host name
+    start        = "0"        # or "$": only new entries
     batch        = 100
     block        = "1s"
-    trim         = "acked"        # trim what every group has acknowledged
-    consumer_ttl = "24h"          # delete consumers idle this long with nothing pending
+    trim         = "acked" # trim what every group has acknowledged
+    consumer_ttl = "24h"   # delete consumers idle this long with nothing pending
   }
 
   concurrency   = 8
   max_attempts  = 5
   dead_letter   = "orders.dlq"
-  delayed_retry = "durable_zset"  # retry_after copies survive a crash
+  delayed_retry = "durable_zset" # retry_after copies survive a crash
   delay_key     = "orders:delayed"
 
   rule "invalid" {
@@ -119,7 +119,7 @@ pipeline "orders" {
 pipeline "payouts" {
   source "claiming" {
     stream   = "payouts"
-    min_idle = "30s"   # take over entries pending this long in any consumer
+    min_idle = "30s" # take over entries pending this long in any consumer
     batch    = 50
   }
 
