@@ -12,14 +12,14 @@ import (
 // redisBody is `redis "NAME" {}`, documented; redisSchema decodes it.
 var redisBody = &schema.Body{
 	Attrs: []schema.Attr{
-		{Name: "url", Type: "string", Doc: "A standalone Redis: `redis://[USER:PASSWORD@]HOST:PORT[/DB]`, `rediss://…` for TLS, or `unix:///PATH/redis.sock`. Exactly one of `url`, `cluster` or a `sentinel` block."},
+		{Name: "url", Type: "string", Doc: "A standalone Redis: `redis://[USER:PASSWORD@]HOST:PORT[/DB]`, `rediss://…` for TLS, or `unix:///PATH/redis.sock[?db=N]`. Exactly one of `url`, `cluster` or a `sentinel` block."},
 		{Name: "cluster", Type: "list of strings", Doc: "A Redis Cluster: `HOST:PORT` seed nodes (`[\"10.0.0.1:7000\", \"10.0.0.2:7000\"]`); the rest of the cluster is discovered from them."},
 		{Name: "username", Type: "string", Doc: "The ACL user (`AUTH username password`), for every form; it overrides a user written in `url`."},
 		{Name: "password", Type: "string", Doc: "The password, for every form; it overrides one written in `url`. Never logged or printed: write `env(\"REDIS_PASSWORD\")` rather than the password itself."},
 	},
 	Blocks: []schema.Block{
-		{Type: "sentinel", Occurs: "optional", Body: sentinelBody, Doc: "A Redis behind Sentinel, instead of `url` or `cluster`: flowrun asks the sentinels for the master and follows failovers."},
-		{Type: "tls", Occurs: "optional", Body: tlsBody, Doc: "TLS for every connection of the block (also implied by a `rediss://` url). A handshake failure at start exits 2 naming it; flowrun never falls back to plaintext."},
+		{Type: "sentinel", Occurs: "optional", Body: sentinelBody, Doc: "A Redis behind Sentinel, instead of `url` or `cluster`: flowrun asks the sentinels for the master's address whenever it connects and follows their `+switch-master` announcements."},
+		{Type: "tls", Occurs: "optional", Body: tlsBody, Doc: "Its presence turns TLS on for every connection of the block, also for a `redis://` url, a cluster's nodes and the sentinels (a `rediss://` url turns it on by itself); not with `unix://`. A handshake failure at start exits 2 naming it; flowrun never falls back to plaintext."},
 	},
 }
 
