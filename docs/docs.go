@@ -30,6 +30,9 @@ import (
 	"github.com/flowrun/flowrun/transports"
 )
 
+// dlqWhereExample is the filter the expressions page shows; the tests compile it.
+const dlqWhereExample = "reason contains 'http 4' && now() - failed_at < duration('1h')"
+
 // Command is how to regenerate the pages, as the staleness test says it.
 const Command = "go generate ./docs"
 
@@ -537,10 +540,10 @@ pipeline "jobs" {
 }
 `
 	p.s("## A standalone server\n\n")
-	p.para("`redis://HOST:PORT/DB`; the user and password may be in the URL or, better, in `username` and `password`, which override the URL's.")
+	p.para("`redis://HOST:PORT/DB`; the user and password may be in the URL or, better, in `username` and `password`, which override the URL's. The README lists [the commands to grant](../README.md#acl-the-commands-flowrun-sends) an ACL user, per source kind and option.")
 	p.example("standalone", `redis "main" {
   url      = env("REDIS_URL", "redis://127.0.0.1:6379/0")
-  username = "flowrun" # an ACL user; see the README for the commands to grant
+  username = "flowrun" # an ACL user
   password = env("REDIS_PASSWORD", "")
 }`+pipeline)
 	p.para("A Unix socket (no TLS):")
@@ -671,7 +674,7 @@ func (g *gen) expressionsPage() {
 	for _, v := range rules.FilterVariables() {
 		p.f("| %s | %s | %s |\n", code(v.Name), cell(v.Type), cell(v.Doc))
 	}
-	p.s("\n    flowrun dlq list payouts --where \"reason contains 'http 4' && now() - failed_at < duration('1h')\"\n")
+	p.f("\n    flowrun dlq list payouts --where \"%s\"\n", dlqWhereExample)
 	p.done()
 }
 
@@ -719,7 +722,7 @@ func (g *gen) cliPage() {
 	p.para("Every command answers `-h`, `--help` and `flowrun help COMMAND` with what is below. Flags may stand before or after the paths, with one dash or two. PATH is an `.hcl` file or a folder whose `.hcl` files are read in name order; default `.`. Logs go to standard error; standard output belongs to command output and to the `pipe` source. A mistyped command or flag is a usage error (exit 1) naming the closest one.")
 	p.s("| command | what it does | exit codes |\n|---|---|---|\n")
 	for _, c := range cmds {
-		p.f("| [%s](#%s) | %s | %s |\n", code(c.Usage), c.Name, cell(c.Summary), cell(c.Exits))
+		p.f("| [%s](#%s) | %s | %s |\n", cell(code(c.Usage)), c.Name, cell(c.Summary), cell(c.Exits))
 	}
 	p.s("\n## Exit codes\n\n| code | meaning |\n|---|---|\n")
 	for _, e := range cli.ExitCodes {

@@ -14,6 +14,7 @@ import (
 	"github.com/flowrun/flowrun/cli"
 	"github.com/flowrun/flowrun/config"
 	"github.com/flowrun/flowrun/internal/handlers"
+	"github.com/flowrun/flowrun/rules"
 	"github.com/flowrun/flowrun/schema"
 	"github.com/flowrun/flowrun/transports"
 )
@@ -82,6 +83,12 @@ func TestExamplesValidate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestFilterExampleCompiles(t *testing.T) {
+	if _, err := rules.CompileFilter(dlqWhereExample); err != nil {
+		t.Errorf("the dlq --where example of docs/%s: %v", expressionsPath, err)
 	}
 }
 
