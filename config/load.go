@@ -173,6 +173,7 @@ type fileConfig struct {
 	redis     []*Redis
 	pipelines []*Pipeline
 	tests     []*Test
+	telemetry []*Telemetry
 }
 
 var rootSchema = &hcl.BodySchema{
@@ -180,6 +181,7 @@ var rootSchema = &hcl.BodySchema{
 		{Type: "redis", LabelNames: []string{"name"}},
 		{Type: "pipeline", LabelNames: []string{"name"}},
 		{Type: "test", LabelNames: []string{"name"}},
+		{Type: "telemetry"},
 	},
 }
 
@@ -207,6 +209,10 @@ func (d *fileDecoder) decodeFile(body hcl.Body) (*fileConfig, hcl.Diagnostics) {
 			if t != nil {
 				fc.tests = append(fc.tests, t)
 			}
+		case "telemetry":
+			t, ds := d.decodeTelemetryBlock(block)
+			diags = append(diags, ds...)
+			fc.telemetry = append(fc.telemetry, t)
 		}
 	}
 	return fc, diags
@@ -259,6 +265,18 @@ func merge(files []*fileConfig, complete bool) (*Config, hcl.Diagnostics) {
 			}
 			tests[t.Name] = t
 			cfg.Tests = append(cfg.Tests, t)
+		}
+		for _, t := range fc.telemetry {
+			if cfg.Telemetry != nil {
+				diags = append(diags, &hcl.Diagnostic{
+					Severity: hcl.DiagError,
+					Summary:  "Duplicate telemetry block",
+					Detail:   fmt.Sprintf("A telemetry block was already declared at %s; there is one for all the files.", where(cfg.Telemetry.DeclRange)),
+					Subject:  t.DeclRange.Ptr(),
+				})
+				continue
+			}
+			cfg.Telemetry = t
 		}
 	}
 	if !complete {
