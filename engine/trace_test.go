@@ -7,7 +7,9 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // recordingTracer is a Tracer that writes "<span>" traceparents and records what the engine
@@ -18,6 +20,7 @@ type recordingTracer struct {
 }
 
 type ctxKey struct{}
+type handlerKey struct{}
 
 func (r *recordingTracer) Start(ctx context.Context, d *Delivery) (context.Context, Span) {
 	r.add(d.ID, "start parent="+d.Headers[HeaderTraceparent])
@@ -50,7 +53,7 @@ func (s *recordingSpan) Handler(ctx context.Context) (context.Context, func(erro
 		s.r.add(s.id, "handler without the consumer span's context")
 	}
 	s.r.add(s.id, "handler")
-	return ctx, func(err error) { s.r.add(s.id, fmt.Sprintf("handler end err=%v", err != nil)) }
+	return context.WithValue(ctx, handlerKey{}, s.id), func(err error) { s.r.add(s.id, fmt.Sprintf("handler end err=%v", err != nil)) }
 }
 
 func (s *recordingSpan) Emit(t Target, m *Message) func(error) {
@@ -83,17 +86,26 @@ func (s *recordingSpan) End(outcome string, err error) {
 // and one end with the final outcome; written copies and emits carry the writing span's
 // traceparent.
 func TestTracerSpansPerDelivery(t *testing.T) {
-	ds := deliveries(3)
+	ds := deliveries(4)
 	ds[0].Headers[HeaderTraceparent] = "incoming"
 	src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: ds, failSettle: 1}
-	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
+	var badCtx atomic.Int32
+	p := pipeline(src, func(ctx context.Context, d *Delivery) Result {
+		if ctx.Value(handlerKey{}) != d.ID {
+			badCtx.Add(1) // not run in its handler span's context
+		}
 		switch d.ID {
 		case "1":
 			return Result{Outcome: Ack(), Emits: []Emit{{Target: Target{Kind: "record"}, Message: &Message{Key: "out"}}}}
 		case "2":
 			return Result{Outcome: Retry(), Err: errors.New("boom")}
-		default: // its emit fails: a retry
+		case "3": // its emit fails: a retry
 			return Result{Outcome: Ack(), Emits: []Emit{{Target: Target{Kind: "broken"}, Message: &Message{Key: "x"}}}}
+		default: // a runtime delayed copy, held, then written by Requeue
+			if d.Headers[HeaderRetryCount] != "" {
+				return Result{Outcome: Ack()}
+			}
+			return Result{Outcome: RetryAfter(time.Millisecond)}
 		}
 	})
 	p.Concurrency = 1
@@ -119,6 +131,7 @@ func TestTracerSpansPerDelivery(t *testing.T) {
 		"1": {"incoming", "false", "[emit1 out emit1 end err=false]", "end ack err=false"},
 		"2": {"", "true", "[]", "end retry err=false"},
 		"3": {"", "false", "[emit1 x emit1 end err=true]", "end retry err=false"},
+		"4": {"", "false", "[]", "end retry_after err=false"},
 	}
 	failedSettles := 0
 	for id, w := range want {
@@ -153,10 +166,16 @@ func TestTracerSpansPerDelivery(t *testing.T) {
 	if failedSettles == 0 {
 		t.Error("the failed Settle call ended no settlement span with an error")
 	}
-	settled, _, _ := src.snapshot()
+	settled, requeued, _ := src.snapshot()
 	for _, s := range settled {
-		if s.Copy != nil && s.Copy.Headers[HeaderTraceparent] == "" {
-			t.Errorf("copy of %s written without a traceparent", s.Delivery.ID)
+		if s.Copy != nil && !strings.HasPrefix(s.Copy.Headers[HeaderTraceparent], "settle") {
+			t.Errorf("copy of %s written with traceparent %q, not its settle span's", s.Delivery.ID, s.Copy.Headers[HeaderTraceparent])
 		}
+	}
+	if n := badCtx.Load(); n != 0 {
+		t.Errorf("%d handlers did not run in their handler span's context", n)
+	}
+	if len(requeued) != 1 || !strings.HasPrefix(requeued[0].Headers[HeaderTraceparent], "settle") {
+		t.Errorf("held copy written as %+v; want one with its settle span's traceparent", requeued)
 	}
 }
