@@ -66,6 +66,7 @@ func Metrics() []MetricDoc {
 	m.sources.lag.WithLabelValues("p")
 	m.sources.pending.WithLabelValues("p")
 	m.sources.deadLetters.WithLabelValues("p")
+	m.traces(noSpans{}) // registered by run only when tracing is on
 	fams, err := m.reg.Gather()
 	if err != nil {
 		panic(err) // the registry is made here: a mistake in this package
@@ -86,3 +87,8 @@ func Metrics() []MetricDoc {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
+
+type noSpans struct{}
+
+func (noSpans) Dropped() int64  { return 0 }
+func (noSpans) Exported() int64 { return 0 }

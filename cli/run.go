@@ -16,6 +16,7 @@ import (
 
 	"github.com/flowrun/flowrun/config"
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/telemetry"
 	"github.com/flowrun/flowrun/transports"
 	"github.com/flowrun/flowrun/transports/redisconn"
 )
@@ -61,13 +62,27 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	}
 	w := newWiring(cfg, stdio, logger)
 	defer w.close()
+	metrics := newMetrics()
+	if tel, err := startTelemetry(ctx, cfg, logger); err != nil {
+		fmt.Fprintf(stdio.Err, "flowrun run: %v\n", err)
+		return ExitConfig
+	} else if tel != nil {
+		w.tel = tel
+		metrics.traces(tel)
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), telemetryFlush)
+			defer cancel()
+			if err := tel.Shutdown(sctx); err != nil {
+				logger.Warn().Err(err).Msg("trace export at exit")
+			}
+		}()
+	}
 	pipelines, err := w.pipelines(ctx, selected)
 	if err != nil {
 		logger.Error().Err(err).Msg("cannot start")
 		return ExitRuntime
 	}
 
-	metrics := newMetrics()
 	if f.progress < 0 {
 		fmt.Fprintf(stdio.Err, "flowrun run: --progress-interval must not be negative\n")
 		return ExitConfig
@@ -180,4 +195,25 @@ func serveHTTP(addr string, m *promMetrics, eng *engine.Engine, log zerolog.Logg
 	}()
 	log.Info().Str("addr", ln.Addr().String()).Msg("serving metrics and health")
 	return srv, nil
+}
+
+// telemetryFlush bounds how long an exit waits for the last spans to reach the collector.
+const telemetryFlush = 5 * time.Second
+
+// startTelemetry starts trace export when the files have a telemetry block or the standard
+// OTEL_EXPORTER_OTLP_* variables name a collector (SPEC §14); nil when neither does.
+func startTelemetry(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*telemetry.Provider, error) {
+	c := telemetry.Config{SampleRatio: 1, Version: Version}
+	switch {
+	case cfg.Telemetry != nil:
+		c.Endpoint, c.SampleRatio = cfg.Telemetry.OTLPEndpoint, cfg.Telemetry.SampleRatio
+	case !telemetry.FromEnv():
+		return nil, nil
+	}
+	p, err := telemetry.New(ctx, c, log)
+	if err != nil {
+		return nil, err
+	}
+	log.Info().Str("endpoint", c.Endpoint).Float64("sample_ratio", c.SampleRatio).Msg("exporting traces over OTLP/HTTP")
+	return p, nil
 }

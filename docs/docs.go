@@ -193,7 +193,7 @@ func (g *gen) index() {
 		p.f("- [`%s`](%s): %s.\n", k.Name, p.link(sourcePath(k.Name)), k.Summary)
 	}
 	p.s("\n")
-	p.f("Operating guides: [autoscaling and alerts](%s).\n", p.link("autoscaling-and-alerts.md"))
+	p.f("Operating guides: [autoscaling and alerts](%s), [tracing](%s).\n", p.link("autoscaling-and-alerts.md"), p.link("tracing.md"))
 	p.done()
 }
 
@@ -702,10 +702,14 @@ func (g *gen) metricsPage() {
 	p.para("`flowrun run --http-addr HOST:PORT` serves `/metrics` (Prometheus text format), `/healthz` (the process is alive) and `/readyz` (503 until every source has connected). Without `--http-addr` nothing listens.")
 	p.s("## Metrics\n\n| metric | type | labels | description |\n|---|---|---|---|\n")
 	for _, m := range cli.Metrics() {
-		p.f("| %s | %s | %s | %s |\n", code(m.Name), m.Type, cell(strings.Join(m.Labels, ", ")), cell(m.Help))
+		labels := strings.Join(m.Labels, ", ")
+		if labels == "" {
+			labels = "—"
+		}
+		p.f("| %s | %s | %s | %s |\n", code(m.Name), m.Type, cell(labels), cell(m.Help))
 	}
 	p.s("\n")
-	p.para("Besides these, the Go runtime (`go_*`) and process (`process_*`) collectors. The source gauges are the numbers `flowrun inspect` prints, for Redis sources: a lag Redis cannot tell (entries deleted or trimmed past the group) is reported as the stream's `entries-added` minus the group's `entries-read`, an upper bound, never as 0.")
+	p.para("The `flowrun_trace_*` counters are there only while traces are exported ([tracing](" + p.link("tracing.md") + ")). Besides these, the Go runtime (`go_*`) and process (`process_*`) collectors. The source gauges are the numbers `flowrun inspect` prints, for Redis sources: a lag Redis cannot tell (entries deleted or trimmed past the group) is reported as the stream's `entries-added` minus the group's `entries-read`, an upper bound, never as 0.")
 	p.s("<a id=\"outcome-label\"></a>\n## The `outcome` label\n\n| value | counts |\n|---|---|\n")
 	for _, l := range engine.OutcomeLabels {
 		p.f("| %s | %s |\n", code(l), cell(engine.OutcomeLabelDocs[l]))

@@ -22,6 +22,7 @@ type Pipeline struct {
 	DeadLetter      string        // "": none
 	ShutdownTimeout time.Duration // grace for in-flight handlers after a stop; default 30s
 	MaxHeld         int           // runtime delayed copies held at once; 0: 10000
+	Tracer          Tracer        // nil: no spans (SPEC §14)
 	Logger          zerolog.Logger
 }
 
@@ -248,12 +249,23 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 	return nil
 }
 
-// handle runs the handler for one delivery and decides its settlement.
+// handle runs the handler for one delivery and decides its settlement. With a tracer, the
+// decision carries the delivery's consumer span for the settler to end.
 func (r *runner) handle(ctx context.Context, d *Delivery) Decision {
 	if d.Headers == nil {
 		d.Headers = map[string]string{}
 	}
 	r.policy.Caps.Number(d)
+	if r.p.Tracer == nil {
+		return r.decide(ctx, d, nil)
+	}
+	ctx, span := r.p.Tracer.Start(ctx, d)
+	dec := r.decide(ctx, d, span)
+	dec.Span = span
+	return dec
+}
+
+func (r *runner) decide(ctx context.Context, d *Delivery, span Span) Decision {
 	// Two clock reads per delivery, around the handler (they cost a system call on some
 	// virtual machines); the policy reuses the second.
 	start := time.Now()
@@ -263,7 +275,14 @@ func (r *runner) handle(ctx context.Context, d *Delivery) Decision {
 	}
 
 	r.metrics.Inflight(1)
-	res := safeHandle(ctx, r.p.Handler, d)
+	var res Result
+	if span == nil {
+		res = safeHandle(ctx, r.p.Handler, d)
+	} else {
+		hctx, end := span.Handler(ctx)
+		res = safeHandle(hctx, r.p.Handler, d)
+		end(res.Err)
+	}
 	end := time.Now()
 	r.metrics.HandlerDuration(end.Sub(start))
 	r.metrics.Inflight(-1)
