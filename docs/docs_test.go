@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -163,6 +164,36 @@ func TestEverythingIsDocumented(t *testing.T) {
 	for _, p := range pages {
 		if p.Path != "README.md" && !strings.Contains(string(readme), "docs/"+p.Path) {
 			t.Errorf("README.md does not link docs/%s", p.Path)
+		}
+	}
+}
+
+// Every relative link of every page reaches a file, and an anchor on a generated page exists.
+func TestLinksResolve(t *testing.T) {
+	pages, _ := Generate()
+	byPath := map[string]string{}
+	for _, p := range pages {
+		byPath[p.Path] = p.Content
+	}
+	link := regexp.MustCompile(`\]\(([^)\s]*)\)`)
+	for _, p := range pages {
+		for _, m := range link.FindAllStringSubmatch(p.Content, -1) {
+			target := m[1]
+			if strings.Contains(target, "://") {
+				continue
+			}
+			file, anchor, _ := strings.Cut(target, "#")
+			rel := p.Path
+			if file != "" {
+				rel = path.Clean(path.Join(path.Dir(p.Path), file))
+			}
+			if _, err := os.Stat(filepath.FromSlash(rel)); err != nil {
+				t.Errorf("docs/%s links %q, which does not exist", p.Path, target)
+				continue
+			}
+			if content, generated := byPath[rel]; generated && anchor != "" && !strings.Contains(content, `id="`+anchor+`"`) {
+				t.Errorf("docs/%s links %q: docs/%s has no anchor %q", p.Path, target, rel, anchor)
+			}
 		}
 	}
 }
