@@ -154,16 +154,16 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Fatalf("Redis holds %d dead letters, the page 5", n)
 	}
 	for expr, want := range map[string]string{
-		cardText("orders", "state"):           "running",
-		cardText("orders", "kind"):            "stream",
-		cardText("orders", "key"):             "sp.orders",
-		cardText("orders", "lag"):             "0",
-		cardText("orders", "pending"):         "0",
-		cardOutcome("orders", "dead_letter"):  "2",
-		cardText("shipping", "state"):         "running",
-		cardText("shipping", "kind"):          "list",
-		cardText("shipping", "dead"):          "0",
-		`document.querySelectorAll("#topology svg g.pipeline").length + ""`:                        "2",
+		cardText("orders", "state"):                                         "running",
+		cardText("orders", "kind"):                                          "stream",
+		cardText("orders", "key"):                                           "sp.orders",
+		cardText("orders", "lag"):                                           "0",
+		cardText("orders", "pending"):                                       "0",
+		cardOutcome("orders", "dead_letter"):                                "2",
+		cardText("shipping", "state"):                                       "running",
+		cardText("shipping", "kind"):                                        "list",
+		cardText("shipping", "dead"):                                        "0",
+		`document.querySelectorAll("#topology svg g.pipeline").length + ""`: "2",
 		`document.querySelector('#topology svg g.pipeline[data-pipeline="orders"]').classList + ""`: "node pipeline running",
 	} {
 		if got := js[string](t, ctx, expr); got != want {
