@@ -39,10 +39,14 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	fs.StringVar(&f.httpAddr, "http-addr", "", "serve the status page, /metrics, /healthz and /readyz on HOST:PORT")
 	fs.StringVar(&f.consumer, "consumer", "", "consumer name for every source (overrides the files)")
 	fs.DurationVar(&f.progress, "progress-interval", 30*time.Second, "log a progress line per busy pipeline this often (0: never)")
-	fs.StringVar(&f.token, "admin-token", os.Getenv("FLOWRUN_ADMIN_TOKEN"), "enable redrive and purge on the status page for requests carrying this token (default $FLOWRUN_ADMIN_TOKEN)")
+	fs.StringVar(&f.token, "admin-token", "", "enable redrive and purge on the status page for requests carrying this token (default $FLOWRUN_ADMIN_TOKEN)")
 	paths, err := parseArgs(fs, args)
 	if err != nil {
 		return flagExit(err)
+	}
+	if f.token == "" {
+		// read here, not as the flag's default, so that no help text can show it
+		f.token = os.Getenv("FLOWRUN_ADMIN_TOKEN")
 	}
 	logger, err := newLogger(stdio.Err, f.logFormat, f.logLevel)
 	if err != nil {

@@ -295,3 +295,84 @@ func mustURL(t *testing.T, s string) *http.Request {
 	}
 	return req
 }
+
+// statusOf reads /api/status: each pipeline's state, and whether actions are enabled.
+func statusOf(t *testing.T, base string) (map[string]string, bool) {
+	t.Helper()
+	code, body := httpGet(base + "api/status")
+	if code != 200 {
+		return nil, false
+	}
+	var st struct {
+		Admin     bool `json:"admin"`
+		Pipelines []struct{ Name, State string }
+	}
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatalf("api/status: %v\n%s", err, body)
+	}
+	states := map[string]string{}
+	for _, p := range st.Pipelines {
+		states[p.Name] = p.State
+	}
+	return states, st.Admin
+}
+
+// A pipeline whose Redis is down is "waiting for Redis" until it is back; without a token the
+// page is read-only; FLOWRUN_ADMIN_TOKEN enables the actions as --admin-token does.
+func TestStatusWaitingReadOnlyAndEnvToken(t *testing.T) {
+	e := newInspEnv(t)
+	cfg := e.config(statusPipelines)
+	e.srv.Stop()
+
+	addr := freeAddr(t)
+	p := start(t, "run", "--http-addr", addr, cfg)
+	base := "http://" + addr + "/"
+	eventually(t, 10*time.Second, "both pipelines waiting for Redis", func() bool {
+		s, _ := statusOf(t, base)
+		return s["orders"] == "waiting for Redis" && s["shipping"] == "waiting for Redis"
+	})
+	e.srv.Restart(t)
+	e.xadd("sp.orders.dlq", "1-1", "x-dead-letter-reason", "boom", "payload", "x")
+	eventually(t, 15*time.Second, "both pipelines running", func() bool {
+		s, _ := statusOf(t, base)
+		return s["orders"] == "running" && s["shipping"] == "running"
+	})
+	if _, admin := statusOf(t, base); admin {
+		t.Errorf("admin enabled without a token")
+	}
+	if _, page := httpGet(base); !strings.Contains(page, `data-admin="off"`) {
+		t.Errorf("the page is not read-only:\n%s", page)
+	}
+	req, _ := http.NewRequest("POST", base+"api/pipelines/orders/dead-letters/purge", strings.NewReader(`{"all": true}`))
+	req.Header.Set("Authorization", "Bearer anything")
+	req.Header.Set("X-CSRF-Token", "c")
+	req.AddCookie(&http.Cookie{Name: "flowrun_csrf", Value: "c"})
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("purge on a read-only page: %d, want 403", resp.StatusCode)
+	}
+	if n, _ := e.rdb.XLen(e.ctx, "sp.orders.dlq").Result(); n != 1 {
+		t.Errorf("a read-only page purged: %d letters left", n)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(15 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+
+	t.Setenv("FLOWRUN_ADMIN_TOKEN", "from-the-env")
+	addr = freeAddr(t)
+	p = start(t, "run", "--http-addr", addr, cfg)
+	base = "http://" + addr + "/"
+	eventually(t, 10*time.Second, "admin enabled by FLOWRUN_ADMIN_TOKEN", func() bool {
+		_, admin := statusOf(t, base)
+		return admin
+	})
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(15 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}

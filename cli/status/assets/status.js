@@ -60,7 +60,10 @@
       tbody.appendChild(tr);
       rows[o] = tr;
     }
-    f.dead.addEventListener("click", () => { showLetters(p.name); });
+    f.dead.addEventListener("click", (ev) => {
+      if (Array.from($("dlq-pipeline").options).some((o) => o.value === p.name)) showLetters(p.name);
+      else ev.preventDefault();
+    });
     c = { el, f, rows };
     cards.set(p.name, c);
     return c;
