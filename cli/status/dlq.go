@@ -163,6 +163,23 @@ func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), dlqTimeout)
 	defer cancel()
 	env := s.o.Env(p.Source.Redis)
+	out := lettersJSON{Pipeline: p.Name, DeadLetterKey: p.DeadLetter, Order: order, Offset: offset, Limit: limit,
+		Where: where, Letters: []letterJSON{}}
+
+	if pager, ok := store.(transports.DeadLetterPager); ok && f == nil {
+		// without a filter, a store that can reads just the page
+		rows, total, err := pager.PageDeadLetters(ctx, env, order == "newest", offset, limit)
+		if err != nil {
+			writeError(w, http.StatusBadGateway, fmt.Sprintf("dead letters of %s: %v", p.Name, err))
+			return
+		}
+		out.Total = total
+		for _, row := range rows {
+			out.Letters = append(out.Letters, letter(row))
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
 
 	// How many the filter selects in all, then the page of them: the stores walk oldest first,
 	// so a page counted from the newest end is found by its place from the oldest.
@@ -177,8 +194,7 @@ func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	hi := lo + limit
 	lo = max(lo, 0)
-	out := lettersJSON{Pipeline: p.Name, DeadLetterKey: p.DeadLetter, Order: order, Offset: offset, Limit: limit,
-		Total: total, Where: where, Letters: []letterJSON{}}
+	out.Total = total
 	if f != nil {
 		out.Failed, out.FailedFirst = f.failed, f.first
 	}

@@ -272,6 +272,20 @@ func TestAPIDeadLettersOrderPagingFilter(t *testing.T) {
 		t.Errorf("list letters = %+v", l.Letters)
 	}
 
+	// pages of a list, both ways
+	f.get("/api/pipelines/jobs/dead-letters?limit=1&offset=2", &l)
+	if l.Total != 3 || len(l.Letters) != 1 || l.Letters[0].Payload != `{"n":1}` {
+		t.Errorf("newest first, third: %+v", l)
+	}
+	f.get("/api/pipelines/jobs/dead-letters?order=oldest&limit=2&offset=1", &l)
+	if l.Total != 3 || len(l.Letters) != 2 || l.Letters[0].Payload != `{"n":1}` || l.Letters[1].Payload != "two" {
+		t.Errorf("oldest first, second and third: %+v", l)
+	}
+	f.get("/api/pipelines/jobs/dead-letters?limit=2", &l)
+	if len(l.Letters) != 2 || l.Letters[0].Payload != "two" || l.Letters[0].Reason != "bang" {
+		t.Errorf("newest first: %+v", l)
+	}
+
 	// a filter that does not compile: its position in the expression
 	var we whereErrorJSON
 	if code := f.get("/api/pipelines/pay/dead-letters?where="+urlq(`reason == "x" && paylod.a`), &we); code != 400 ||
