@@ -347,6 +347,7 @@
   $("dlq-next").addEventListener("click", () => { dlq.offset += dlq.limit; loadLetters(); });
   if (admin) {
     $("dlq-admin").hidden = false;
+    $("dlq-admin").addEventListener("submit", (ev) => ev.preventDefault());
     const tok = $("admin-token");
     tok.value = sessionStorage.getItem("flowrun-admin-token") || "";
     tok.addEventListener("input", () => sessionStorage.setItem("flowrun-admin-token", tok.value));
