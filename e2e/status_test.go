@@ -273,6 +273,27 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Errorf("the page reloaded")
 	}
 
+	// a selected letter purged: the newest of the three left, ticked on the page
+	js[bool](t, ctx, `document.getElementById("dlq-where").value = ""; true`)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("dlq-apply"))); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, 5*time.Second, "the three letters left", `document.querySelectorAll("#dlq-list details.letter").length === 3`, `document.getElementById("dlq-section").innerText`)
+	newest := js[string](t, ctx, `document.querySelector("#dlq-list details.letter").dataset.ref`)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#dlq-list details.letter input.pick")), chromedp.Click(chromedp.ID("purge-selected"))); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, 5*time.Second, "the confirmation", `!document.getElementById("confirm").hidden`, `document.getElementById("dlq-admin").innerText`)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("confirm-yes"))); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, 10*time.Second, "the purge's result", `document.getElementById("action-result").textContent === "1 purged from sp.orders.dlq"`, `document.getElementById("action-result").textContent`)
+	ids := e.xids("sp.orders.dlq")
+	if len(ids) != 2 || "id:"+ids[0] == newest || "id:"+ids[1] == newest || newest == "" {
+		t.Errorf("after purging %s: %v left", newest, ids)
+	}
+	waitJS(t, ctx, 10*time.Second, "the count to follow", cardText("orders", "dead")+` === "2"`, `document.getElementById("pipelines").innerText`)
+
 	// usable at 360 px: nothing wider than the screen but the topology, which scrolls
 	if err := chromedp.Do(ctx, chromedp.EmulateViewport(360, 740)); err != nil {
 		t.Fatal(err)
