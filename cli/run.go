@@ -28,6 +28,7 @@ type runFlags struct {
 	httpAddr  string
 	consumer  string
 	progress  time.Duration
+	token     string
 }
 
 func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
@@ -36,12 +37,17 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	fs.Var(&f.pipelines, "pipeline", "run only this pipeline (repeatable; default all)")
 	fs.StringVar(&f.logFormat, "log-format", "", "json or console (default json when stderr is not a terminal)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&f.httpAddr, "http-addr", "", "serve /metrics, /healthz and /readyz on HOST:PORT")
+	fs.StringVar(&f.httpAddr, "http-addr", "", "serve the status page, /metrics, /healthz and /readyz on HOST:PORT")
 	fs.StringVar(&f.consumer, "consumer", "", "consumer name for every source (overrides the files)")
 	fs.DurationVar(&f.progress, "progress-interval", 30*time.Second, "log a progress line per busy pipeline this often (0: never)")
+	fs.StringVar(&f.token, "admin-token", "", "enable redrive and purge on the status page for requests carrying this token (default $FLOWRUN_ADMIN_TOKEN)")
 	paths, err := parseArgs(fs, args)
 	if err != nil {
 		return flagExit(err)
+	}
+	if f.token == "" {
+		// read here, not as the flag's default, so that no help text can show it
+		f.token = os.Getenv("FLOWRUN_ADMIN_TOKEN")
 	}
 	logger, err := newLogger(stdio.Err, f.logFormat, f.logLevel)
 	if err != nil {
@@ -88,17 +94,18 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 		return ExitConfig
 	}
 	eng := engine.New(engine.Options{Sinks: w.sink, Metrics: metrics, Progress: f.progress}, pipelines...)
+	// What the status page and the sampler read, asked for at each use: a reload replaces it.
+	running := func() []*config.Pipeline { return selected }
 	if f.httpAddr != "" {
-		srv, err := serveHTTP(f.httpAddr, metrics, eng, logger)
+		env := func(b string) *transports.Env { return w.env(logger, b) }
+		page := statusPage(running, eng, metrics.sources, env, f.token, logger)
+		srv, err := serveHTTP(f.httpAddr, metrics, eng, page, logger)
 		if err != nil {
 			logger.Error().Err(err).Str("addr", f.httpAddr).Msg("cannot serve http")
 			return ExitRuntime
 		}
 		defer srv.Close()
-	}
-
-	if f.httpAddr != "" {
-		go metrics.sources.sample(ctx, sampleEvery, eng.Ready, selected, func(b string) *transports.Env { return w.env(logger, b) }, logger)
+		go metrics.sources.sample(ctx, sampleEvery, eng.Ready, running, env, logger)
 	}
 	logger.Info().Int("pipelines", len(pipelines)).Msg("flowrun started")
 	if err := eng.Run(ctx); err != nil {
@@ -170,7 +177,7 @@ func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
 }
 
-func serveHTTP(addr string, m *promMetrics, eng *engine.Engine, log zerolog.Logger) (*http.Server, error) {
+func serveHTTP(addr string, m *promMetrics, eng *engine.Engine, page http.Handler, log zerolog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
@@ -187,13 +194,14 @@ func serveHTTP(addr string, m *promMetrics, eng *engine.Engine, log zerolog.Logg
 		}
 		io.WriteString(w, "ready\n")
 	})
+	mux.Handle("/", page) // the status page and its API (SPEC §15)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Msg("http server failed")
 		}
 	}()
-	log.Info().Str("addr", ln.Addr().String()).Msg("serving metrics and health")
+	log.Info().Str("addr", ln.Addr().String()).Msg("serving the status page, metrics and health")
 	return srv, nil
 }
 

@@ -193,7 +193,8 @@ func (g *gen) index() {
 		p.f("- [`%s`](%s): %s.\n", k.Name, p.link(sourcePath(k.Name)), k.Summary)
 	}
 	p.s("\n")
-	p.f("Operating guides: [autoscaling and alerts](%s), [tracing](%s).\n", p.link("autoscaling-and-alerts.md"), p.link("tracing.md"))
+	p.f("Operating guides: [the status page](%s), [autoscaling and alerts](%s), [tracing](%s).\n",
+		p.link("status-page.md"), p.link("autoscaling-and-alerts.md"), p.link("tracing.md"))
 	p.done()
 }
 
@@ -699,7 +700,7 @@ func (g *gen) headersPage() {
 func (g *gen) metricsPage() {
 	p := g.newPage(metricsPath)
 	p.s("# Metrics and health\n\n")
-	p.para("`flowrun run --http-addr HOST:PORT` serves `/metrics` (Prometheus text format), `/healthz` (the process is alive) and `/readyz` (503 until every source has connected). Without `--http-addr` nothing listens.")
+	p.para("`flowrun run --http-addr HOST:PORT` serves `/metrics` (Prometheus text format), `/healthz` (the process is alive), `/readyz` (503 until every source has connected) and [the status page](" + p.link("status-page.md") + ") at `/`. Without `--http-addr` nothing listens.")
 	p.s("## Metrics\n\n| metric | type | labels | description |\n|---|---|---|---|\n")
 	for _, m := range cli.Metrics() {
 		labels := strings.Join(m.Labels, ", ")

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -42,6 +43,10 @@ type Engine struct {
 
 	sinkMu sync.Mutex
 	sinks  map[Target]*sinkEntry
+
+	// runMu guards runners: every pipeline started, by name, for Status.
+	runMu   sync.Mutex
+	runners map[string]*runner
 }
 
 // sinkEntry is one target's sink, created once. Its own lock is held while it is created (which
@@ -73,7 +78,7 @@ func New(opts Options, pipelines ...*Pipeline) *Engine {
 // Ready reports whether every source that can tell is connected.
 func (e *Engine) Ready() bool {
 	for _, p := range e.pipelines {
-		if r, ok := p.Source.(interface{ Ready() bool }); ok && !r.Ready() {
+		if !sourceReady(p.Source) {
 			return false
 		}
 	}
@@ -140,6 +145,9 @@ type runner struct {
 	log     zerolog.Logger
 	metrics PipelineMetrics
 	tally   tally
+	rates   rateRing
+	gate    *holdGate
+	stopped atomic.Bool
 }
 
 func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
@@ -153,9 +161,14 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 	}
 
 	r.tally.start = time.Now()
+	r.rates.add(r.tally.start, &r.tally)
+	r.gate = newHoldGate(p.MaxHeld)
+	e.register(r)
+	defer r.stopped.Store(true)
 	progressCtx, endProgress := context.WithCancel(context.Background())
 	defer endProgress()
 	go r.progress(progressCtx, e.opts.Progress)
+	go r.snapshots(progressCtx.Done())
 
 	if h, ok := p.Source.(interface{ SetErrorHook(func()) }); ok {
 		h.SetErrorHook(r.metrics.SourceError)
@@ -189,7 +202,7 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 		received <- err
 	}()
 
-	gate := newHoldGate(p.MaxHeld)
+	gate := r.gate
 	s := newSettler(r, stop, grace, gate)
 	settled := make(chan struct{})
 	go func() {
@@ -275,6 +288,7 @@ func (r *runner) decide(ctx context.Context, d *Delivery, span Span) Decision {
 	}
 
 	r.metrics.Inflight(1)
+	r.tally.inflight.Add(1)
 	var res Result
 	if span == nil {
 		res = safeHandle(ctx, r.p.Handler, d)
@@ -286,6 +300,7 @@ func (r *runner) decide(ctx context.Context, d *Delivery, span Span) Decision {
 	end := time.Now()
 	r.metrics.HandlerDuration(end.Sub(start))
 	r.metrics.Inflight(-1)
+	r.tally.inflight.Add(-1)
 
 	if res.Err != nil && (res.Outcome.Kind == KindAck || res.Outcome.Kind == KindDrop) {
 		res.Outcome = Retry()

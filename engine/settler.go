@@ -32,7 +32,8 @@ type settler struct {
 	held  holdHeap
 	gate  *holdGate
 
-	batch []Decision // decisions to settle in the next call
+	batch []Decision   // decisions to settle in the next call
+	buf   []Settlement // the Settle call's argument, reused
 	// retry holds decisions whose settlement failed transiently; they are resent at retryAt
 	// together with whatever else is waiting, so one failing key never holds back the others.
 	retry   []Decision
@@ -243,14 +244,17 @@ func (s *settler) requeueDue(now time.Time) {
 
 // settle sends the batch and every resend that is due, in calls of at most maxSettleBatch.
 func (s *settler) settle() {
-	todo := append(s.takeRetries(), s.batch...)
-	clear(s.batch)
-	s.batch = s.batch[:0]
+	todo := s.batch // settled in place when nothing waits for a resend: no copy per batch
+	if len(s.retry) > 0 {
+		todo = append(s.takeRetries(), s.batch...)
+	}
 	for len(todo) > 0 {
 		n := min(len(todo), maxSettleBatch)
 		s.settleCall(todo[:n])
 		todo = todo[n:]
 	}
+	clear(s.batch)
+	s.batch = s.batch[:0]
 }
 
 func (s *settler) settleCall(decs []Decision) { s.settleWith(s.grace, decs) }
@@ -260,10 +264,14 @@ func (s *settler) settleWith(ctx context.Context, decs []Decision) {
 	if len(decs) == 0 {
 		return
 	}
-	batch := make([]Settlement, len(decs))
-	for i, d := range decs {
-		batch[i] = d.Settlement
+	batch := s.buf[:0]
+	for _, d := range decs {
+		batch = append(batch, d.Settlement)
 	}
+	defer func() { // kept for the next call; what it points to is not
+		clear(batch)
+		s.buf = batch[:0]
+	}()
 	ends := settleSpans(decs)
 	err := s.r.p.Source.Settle(ctx, batch)
 	if err == nil {
