@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/telemetry"
 )
 
 // promMetrics implements engine.Metrics with the metric names of SPEC §10.
@@ -75,6 +76,7 @@ func (m *promMetrics) forget(name string) {
 	for _, g := range []*prometheus.GaugeVec{m.inflight, m.delayed, m.sources.lag, m.sources.pending, m.sources.deadLetters} {
 		g.DeleteLabelValues(name)
 	}
+	delete(m.sources.last, name)
 }
 
 func (m *promMetrics) handler() http.Handler {
@@ -123,3 +125,26 @@ func (b *boundMetrics) Inflight(delta int)              { b.inflight.Add(float64
 func (b *boundMetrics) DelayedHeld(n int)               { b.delayed.Set(float64(n)) }
 func (b *boundMetrics) SourceError()                    { b.srcErrors.Inc() }
 func (b *boundMetrics) SettleFailure(reason string)     { b.settleFails.WithLabelValues(reason).Inc() }
+
+// spanCounts is what the trace exporter counts (*telemetry.Provider).
+type spanCounts interface {
+	Dropped() int64
+	Exported() int64
+}
+
+var _ spanCounts = (*telemetry.Provider)(nil)
+
+// traces adds the trace exporter's counters (SPEC §14: spans a slow or absent collector could
+// not take are dropped and counted, never waited for).
+func (m *promMetrics) traces(t spanCounts) {
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "flowrun_trace_spans_dropped_total",
+			Help: "Spans dropped: the export queue was full or the collector did not take them.",
+		}, func() float64 { return float64(t.Dropped()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "flowrun_trace_spans_exported_total",
+			Help: "Spans the OTLP collector accepted.",
+		}, func() float64 { return float64(t.Exported()) }),
+	)
+}

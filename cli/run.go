@@ -19,6 +19,7 @@ import (
 
 	"github.com/flowrun/flowrun/config"
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/telemetry"
 	"github.com/flowrun/flowrun/transports"
 	"github.com/flowrun/flowrun/transports/redisconn"
 )
@@ -30,6 +31,7 @@ type runFlags struct {
 	httpAddr  string
 	consumer  string
 	progress  time.Duration
+	token     string
 }
 
 func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
@@ -38,12 +40,17 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	fs.Var(&f.pipelines, "pipeline", "run only this pipeline (repeatable; default all)")
 	fs.StringVar(&f.logFormat, "log-format", "", "json or console (default json when stderr is not a terminal)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&f.httpAddr, "http-addr", "", "serve /metrics, /healthz and /readyz on HOST:PORT")
+	fs.StringVar(&f.httpAddr, "http-addr", "", "serve the status page, /metrics, /healthz and /readyz on HOST:PORT")
 	fs.StringVar(&f.consumer, "consumer", "", "consumer name for every source (overrides the files)")
 	fs.DurationVar(&f.progress, "progress-interval", 30*time.Second, "log a progress line per busy pipeline this often (0: never)")
+	fs.StringVar(&f.token, "admin-token", "", "enable redrive and purge on the status page for requests carrying this token (default $FLOWRUN_ADMIN_TOKEN)")
 	paths, err := parseArgs(fs, args)
 	if err != nil {
 		return flagExit(err)
+	}
+	if f.token == "" {
+		// read here, not as the flag's default, so that no help text can show it
+		f.token = os.Getenv("FLOWRUN_ADMIN_TOKEN")
 	}
 	format := resolveLogFormat(stdio.Err, f.logFormat)
 	var bar *progressBar
@@ -78,27 +85,32 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	}
 	w := newWiring(cfg, stdio, logger)
 	defer w.close()
+	metrics := newMetrics()
+	if tel, err := startTelemetry(ctx, cfg, logger); err != nil {
+		fmt.Fprintf(stdio.Err, "flowrun run: %v\n", err)
+		return ExitConfig
+	} else if tel != nil {
+		w.tel = tel
+		metrics.traces(tel)
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), telemetryFlush)
+			defer cancel()
+			if err := tel.Shutdown(sctx); err != nil {
+				logger.Warn().Err(err).Msg("trace export at exit")
+			}
+		}()
+	}
 	pipelines, err := w.pipelines(ctx, selected)
 	if err != nil {
 		logger.Error().Err(err).Msg("cannot start")
 		return ExitRuntime
 	}
 
-	metrics := newMetrics()
 	if f.progress < 0 {
 		fmt.Fprintf(stdio.Err, "flowrun run: --progress-interval must not be negative\n")
 		return ExitConfig
 	}
 	eng := engine.New(engine.Options{Sinks: w.sink, Metrics: metrics, Progress: f.progress}, pipelines...)
-	if f.httpAddr != "" {
-		srv, err := serveHTTP(f.httpAddr, metrics, eng, logger)
-		if err != nil {
-			logger.Error().Err(err).Str("addr", f.httpAddr).Msg("cannot serve http")
-			return ExitRuntime
-		}
-		defer srv.Close()
-	}
-
 	rl := &reloader{paths: paths, opts: opts, names: f.pipelines, eng: eng, w: w, metrics: metrics, log: logger, selected: selected}
 	for _, p := range selected {
 		rl.stdinRead = rl.stdinRead || readsStdin(p)
@@ -109,11 +121,21 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 		stopBg()
 		bgDone.Wait() // a reload under way ends before the wiring is closed
 	}()
+	// What the status page and the sampler read, asked for at each use: a reload replaces it.
+	running := rl.current
 	if f.httpAddr != "" {
+		env := func(b string) *transports.Env { return w.env(logger, b) }
+		page := statusPage(running, eng, metrics.sources, env, f.token, logger)
+		srv, err := serveHTTP(f.httpAddr, metrics, eng, page, logger)
+		if err != nil {
+			logger.Error().Err(err).Str("addr", f.httpAddr).Msg("cannot serve http")
+			return ExitRuntime
+		}
+		defer srv.Close()
 		bgDone.Add(1)
 		go func() {
 			defer bgDone.Done()
-			metrics.sources.sample(bg, sampleEvery, eng.Ready, rl.current, func(b string) *transports.Env { return w.env(logger, b) }, logger)
+			metrics.sources.sample(bg, sampleEvery, eng.Ready, running, env, logger)
 		}()
 	}
 	bgDone.Add(1)
@@ -204,7 +226,7 @@ func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
 }
 
-func serveHTTP(addr string, m *promMetrics, eng *engine.Engine, log zerolog.Logger) (*http.Server, error) {
+func serveHTTP(addr string, m *promMetrics, eng *engine.Engine, page http.Handler, log zerolog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
@@ -221,12 +243,34 @@ func serveHTTP(addr string, m *promMetrics, eng *engine.Engine, log zerolog.Logg
 		}
 		io.WriteString(w, "ready\n")
 	})
+	mux.Handle("/", page) // the status page and its API (SPEC §15)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Msg("http server failed")
 		}
 	}()
-	log.Info().Str("addr", ln.Addr().String()).Msg("serving metrics and health")
+	log.Info().Str("addr", ln.Addr().String()).Msg("serving the status page, metrics and health")
 	return srv, nil
+}
+
+// telemetryFlush bounds how long an exit waits for the last spans to reach the collector.
+const telemetryFlush = 5 * time.Second
+
+// startTelemetry starts trace export when the files have a telemetry block or the standard
+// OTEL_EXPORTER_OTLP_* variables name a collector (SPEC §14); nil when neither does.
+func startTelemetry(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*telemetry.Provider, error) {
+	c := telemetry.Config{SampleRatio: 1, Version: Version}
+	switch {
+	case cfg.Telemetry != nil:
+		c.Endpoint, c.SampleRatio = cfg.Telemetry.OTLPEndpoint, cfg.Telemetry.SampleRatio
+	case !telemetry.FromEnv():
+		return nil, nil
+	}
+	p, err := telemetry.New(ctx, c, log)
+	if err != nil {
+		return nil, err
+	}
+	log.Info().Str("endpoint", c.Endpoint).Float64("sample_ratio", c.SampleRatio).Msg("exporting traces over OTLP/HTTP")
+	return p, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/flowrun/flowrun/config"
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/handlers"
+	"github.com/flowrun/flowrun/telemetry"
 	"github.com/flowrun/flowrun/transports"
 )
 
@@ -22,6 +23,7 @@ type wiring struct {
 	stdio  Stdio
 	log    zerolog.Logger
 	stdout *codec.LineWriter
+	tel    *telemetry.Provider // nil: no tracing
 
 	// mu guards the maps and closers only, never network I/O: a slow first connection to one
 	// redis block must not stall the pipelines and emits that use another (clientSlot).
@@ -82,8 +84,17 @@ func (w *wiring) pipeline(ctx context.Context, p *config.Pipeline) (*engine.Pipe
 			return nil, err
 		}
 	}
+	var tracer engine.Tracer
+	if w.tel != nil {
+		system := p.Source.Kind // file, pipe
+		if p.Source.IsRedis() {
+			system = "redis"
+		}
+		tracer = w.tel.Pipeline(p.Name, system)
+	}
 	return &engine.Pipeline{
 		Name:            p.Name,
+		Tracer:          tracer,
 		Source:          src,
 		Handler:         h,
 		Concurrency:     p.Concurrency,

@@ -31,6 +31,7 @@ type Config struct {
 	Redis     []*Redis
 	Pipelines []*Pipeline
 	Tests     []*Test
+	Telemetry *Telemetry // nil: no telemetry block
 
 	files map[string]*hcl.File
 }

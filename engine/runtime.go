@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -22,6 +23,7 @@ type Pipeline struct {
 	DeadLetter      string        // "": none
 	ShutdownTimeout time.Duration // grace for in-flight handlers after a stop; default 30s
 	MaxHeld         int           // runtime delayed copies held at once; 0: 10000
+	Tracer          Tracer        // nil: no spans (SPEC §14)
 	Logger          zerolog.Logger
 }
 
@@ -53,6 +55,10 @@ type Engine struct {
 
 	sinkMu sync.Mutex
 	sinks  map[Target]*sinkEntry
+
+	// runMu guards runners: every pipeline started, by name, for Status.
+	runMu   sync.Mutex
+	runners map[string]*runner
 }
 
 // running is one pipeline of the registry.
@@ -105,7 +111,7 @@ func (e *Engine) Ready() bool {
 		return false
 	}
 	for _, p := range e.Pipelines() {
-		if r, ok := p.Source.(interface{ Ready() bool }); ok && !r.Ready() {
+		if !sourceReady(p.Source) {
 			return false
 		}
 	}
@@ -235,6 +241,7 @@ func (e *Engine) Stop(name string) error {
 	e.mu.Unlock()
 	r.stop()
 	<-r.done
+	e.unregister(name) // a reload removed it, or starts it anew: Status shows the set that runs
 	return r.err
 }
 
@@ -283,6 +290,9 @@ type runner struct {
 	log     zerolog.Logger
 	metrics PipelineMetrics
 	tally   tally
+	rates   rateRing
+	gate    *holdGate
+	stopped atomic.Bool
 }
 
 func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
@@ -296,9 +306,14 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 	}
 
 	r.tally.start = time.Now()
+	r.rates.add(r.tally.start, &r.tally)
+	r.gate = newHoldGate(p.MaxHeld)
+	e.register(r)
+	defer r.stopped.Store(true)
 	progressCtx, endProgress := context.WithCancel(context.Background())
 	defer endProgress()
 	go r.progress(progressCtx, e.opts.Progress)
+	go r.snapshots(progressCtx.Done())
 
 	if h, ok := p.Source.(interface{ SetErrorHook(func()) }); ok {
 		h.SetErrorHook(r.metrics.SourceError)
@@ -332,7 +347,7 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 		received <- err
 	}()
 
-	gate := newHoldGate(p.MaxHeld)
+	gate := r.gate
 	s := newSettler(r, stop, grace, gate)
 	settled := make(chan struct{})
 	go func() {
@@ -392,12 +407,23 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 	return nil
 }
 
-// handle runs the handler for one delivery and decides its settlement.
+// handle runs the handler for one delivery and decides its settlement. With a tracer, the
+// decision carries the delivery's consumer span for the settler to end.
 func (r *runner) handle(ctx context.Context, d *Delivery) Decision {
 	if d.Headers == nil {
 		d.Headers = map[string]string{}
 	}
 	r.policy.Caps.Number(d)
+	if r.p.Tracer == nil {
+		return r.decide(ctx, d, nil)
+	}
+	ctx, span := r.p.Tracer.Start(ctx, d)
+	dec := r.decide(ctx, d, span)
+	dec.Span = span
+	return dec
+}
+
+func (r *runner) decide(ctx context.Context, d *Delivery, span Span) Decision {
 	// Two clock reads per delivery, around the handler (they cost a system call on some
 	// virtual machines); the policy reuses the second.
 	start := time.Now()
@@ -407,10 +433,19 @@ func (r *runner) handle(ctx context.Context, d *Delivery) Decision {
 	}
 
 	r.metrics.Inflight(1)
-	res := safeHandle(ctx, r.p.Handler, d)
+	r.tally.inflight.Add(1)
+	var res Result
+	if span == nil {
+		res = safeHandle(ctx, r.p.Handler, d)
+	} else {
+		hctx, end := span.Handler(ctx)
+		res = safeHandle(hctx, r.p.Handler, d)
+		end(res.Err)
+	}
 	end := time.Now()
 	r.metrics.HandlerDuration(end.Sub(start))
 	r.metrics.Inflight(-1)
+	r.tally.inflight.Add(-1)
 
 	if res.Err != nil && (res.Outcome.Kind == KindAck || res.Outcome.Kind == KindDrop) {
 		res.Outcome = Retry()
