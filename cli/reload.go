@@ -73,6 +73,9 @@ func (r *reloader) reload(ctx context.Context) {
 		return
 	}
 	next, _ := selectPipelines(cfg, r.names)
+	if old := r.w.config().Telemetry; !sameTelemetry(old, cfg.Telemetry) {
+		r.log.Warn().Msg("the telemetry block changed: it applies at the next start of flowrun, not on a reload")
+	}
 
 	old := map[string]*config.Pipeline{}
 	for _, p := range r.current() {
@@ -209,6 +212,14 @@ func (r *reloader) reload(ctx context.Context) {
 	}
 	ev.Strs("added", nonNil(added)).Strs("changed", nonNil(changed)).Strs("removed", nonNil(removed)).
 		Strs("kept", nonNil(kept)).Msg("reloaded")
+}
+
+// sameTelemetry compares two telemetry blocks by what they set.
+func sameTelemetry(a, b *config.Telemetry) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.OTLPEndpoint == b.OTLPEndpoint && a.SampleRatio == b.SampleRatio
 }
 
 // readsStdin reports whether the pipeline's source reads standard input (a pipe source).
