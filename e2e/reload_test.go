@@ -113,6 +113,20 @@ func TestReloadOnSIGHUP(t *testing.T) {
 
 	addr := freeAddr(t)
 	metrics := func() string { _, body := httpGet("http://" + addr + "/metrics"); return body }
+	// held holds a runtime delayed copy for an hour: the reload that removes it writes it.
+	writeFile(t, dir, "held.hcl", `pipeline "held" {
+  source "stream" {
+    stream   = "h_in"
+    group    = "g"
+    consumer = "w1"
+    block    = "100ms"
+  }
+  rule "later" {
+    when    = "true"
+    outcome = "retry_after('1h')"
+  }
+}
+`)
 	p := start(t, "run", "--log-format", "json", "--http-addr", addr, dir)
 	eventually(t, 10*time.Second, "the first gauges", func() bool {
 		return strings.Contains(metrics(), `flowrun_source_pending{pipeline="gone"}`)
@@ -122,6 +136,11 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	eventually(t, 10*time.Second, "both pipelines handle", func() bool {
 		return contains(payloads(t, rdb, "k_out"), "k:1") && contains(payloads(t, rdb, "c_out"), "v1:1")
 	})
+	xadd(t, rdb, "h_in", "later")
+	eventually(t, 10*time.Second, "held's copy held (its original acknowledged)", func() bool {
+		return pendingCount(t, rdb, "h_in", "g") == 0 && len(payloads(t, rdb, "h_in")) == 1 &&
+			strings.Contains(metrics(), `flowrun_delayed_held{pipeline="held"} 1`)
+	})
 	xadd(t, rdb, "g_in", "job")
 	eventually(t, 10*time.Second, "gone's handler started", func() bool {
 		_, err := os.Stat(filepath.Join(marks, "started"))
@@ -130,8 +149,10 @@ func TestReloadOnSIGHUP(t *testing.T) {
 
 	// Change one, remove one, add one; then SIGHUP while gone's handler runs.
 	writeFile(t, dir, "change.hcl", "# now v2\n"+reloadPipeline("change", "c_in", "c_out", "'v2:' + string(payload)"))
-	if err := os.Remove(filepath.Join(dir, "gone.hcl")); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{"gone.hcl", "held.hcl"} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	writeFile(t, dir, "fresh.hcl", reloadPipeline("fresh", "n_in", "n_out", "'n:' + string(payload)"))
 	// keep.hcl rewritten with only a comment and layout changed: still the same pipeline.
@@ -155,8 +176,11 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if n := pendingCount(t, rdb, "g_in", "g"); n != 0 {
 		t.Errorf("gone: XPENDING %d after the reload, want 0 (its in-flight entry settled)", n)
 	}
-	if !stoppedLog(stderr, "gone") || !stoppedLog(stderr, "change") {
-		t.Errorf("want \"pipeline stopped\" for gone and change:\n%s", stderr)
+	if !stoppedLog(stderr, "gone") || !stoppedLog(stderr, "change") || !stoppedLog(stderr, "held") {
+		t.Errorf("want \"pipeline stopped\" for gone, held and change:\n%s", stderr)
+	}
+	if got := payloads(t, rdb, "h_in"); len(got) != 2 || got[1] != "later" || pendingCount(t, rdb, "h_in", "g") != 0 {
+		t.Errorf("h_in %v: want the held copy written by the reload that removed held, nothing pending", got)
 	}
 	// fresh and change need nothing gone has: they start while gone still drains.
 	goneStopped := logIndex(stderr, "gone", "pipeline stopped")
@@ -168,8 +192,10 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	// Gauges of a removed pipeline go (its counters stay, as counters do).
 	m := metrics()
 	for _, g := range []string{"flowrun_source_pending", "flowrun_source_lag", "flowrun_inflight", "flowrun_delayed_held"} {
-		if strings.Contains(m, g+`{pipeline="gone"}`) {
-			t.Errorf("%s of the removed pipeline is still reported:\n%s", g, grepLines(m, "pipeline="))
+		for _, removed := range []string{"gone", "held"} {
+			if strings.Contains(m, g+`{pipeline="`+removed+`"}`) {
+				t.Errorf("%s of the removed pipeline %s is still reported:\n%s", g, removed, grepLines(m, "pipeline="))
+			}
 		}
 	}
 	if !strings.Contains(m, `flowrun_source_pending{pipeline="keep"}`) {
@@ -178,7 +204,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if stoppedLog(stderr, "keep") {
 		t.Errorf("keep was stopped by a reload that did not change it:\n%s", stderr)
 	}
-	if !strings.Contains(stderr, `"added":["fresh"],"changed":["change"],"removed":["gone"],"kept":["keep"]`) {
+	if !strings.Contains(stderr, `"added":["fresh"],"changed":["change"],"removed":["gone","held"],"kept":["keep"]`) {
 		t.Errorf("the reload line does not say what it did:\n%s", stderr)
 	}
 
@@ -204,7 +230,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if !strings.Contains(stderr, filepath.Join(dir, "zz_broken.hcl")+":") || !strings.Contains(stderr, `"level":"error"`) {
 		t.Errorf("the diagnostics are not logged with FILE:LINE:COL:\n%s", stderr)
 	}
-	if strings.Count(stderr, `"pipeline stopped"`) != 2 {
+	if strings.Count(stderr, `"pipeline stopped"`) != 3 {
 		t.Errorf("a failed reload stopped a pipeline:\n%s", stderr)
 	}
 	xadd(t, rdb, "c_in", "3")
@@ -219,7 +245,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	if code := p.wait(30 * time.Second); code != 0 {
 		t.Fatalf("exit %d after SIGTERM; stderr:\n%s", code, p.err.String())
 	}
-	for _, s := range []string{"k_in", "c_in", "n_in", "g_in"} {
+	for _, s := range []string{"k_in", "c_in", "n_in", "g_in", "h_in"} {
 		if n := pendingCount(t, rdb, s, "g"); n != 0 {
 			t.Errorf("%s: XPENDING %d at the end", s, n)
 		}
