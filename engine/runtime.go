@@ -46,6 +46,7 @@ type Engine struct {
 	mu      sync.Mutex
 	running map[string]*running // by pipeline name, until the pipeline has drained
 	order   []*running          // the same, in start order
+	ran     bool                // Run was called: it runs once
 	ctx     context.Context     // Run's; nil outside Run
 	fail    context.CancelFunc  // stops every pipeline: one failed
 	errs    []error
@@ -137,10 +138,11 @@ func (e *Engine) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	e.mu.Lock()
-	if e.ctx != nil {
+	if e.ran {
 		e.mu.Unlock()
-		return errors.New("engine: already running")
+		return errors.New("engine: Run called twice")
 	}
+	e.ran = true
 	e.ctx, e.fail = ctx, cancel
 	for _, p := range e.initial {
 		if err := e.startLocked(p); err != nil {
@@ -155,21 +157,19 @@ func (e *Engine) Run(ctx context.Context) error {
 	stopped := ctx.Done()
 	for {
 		e.mu.Lock()
-		idle := len(e.running) == 0 && (ctx.Err() != nil || e.ended)
-		e.mu.Unlock()
-		if idle {
-			break
+		if len(e.running) == 0 && (ctx.Err() != nil || e.ended) {
+			e.ctx = nil // in the same step: no Start comes in after the last end
+			err := errors.Join(e.errs...)
+			e.mu.Unlock()
+			return err
 		}
+		e.mu.Unlock()
 		select {
 		case <-e.changed:
 		case <-stopped:
 			stopped = nil // now only the pipelines' ends matter
 		}
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.ctx = nil
-	return errors.Join(e.errs...)
 }
 
 // Started is closed once Run has started the pipelines given to New: from then on Start and
