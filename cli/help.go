@@ -19,32 +19,44 @@ type command struct {
 	args    string // after the name in the usage line
 	summary string
 	example string
+	exits   string // its exit codes, as help and the reference in docs/ print them
 }
 
 // commands are flowrun's commands in the order `flowrun help` lists them.
 var commands = []command{
-	{"run", "[flags] [PATH...]", "load, validate and run pipelines until a stop signal or the end of finite input",
-		"flowrun run --pipeline payouts --http-addr :9090 examples/"},
+	{"run", "[flags] [PATH...]", "load, validate and run pipelines until a stop signal or the end of finite input; SIGHUP reloads the files",
+		"flowrun run --pipeline payouts --http-addr :9090 examples/",
+		"0 clean stop; 1 config or usage error (nothing started); 2 runtime failure"},
 	{"validate", "[--json] [PATH...]", "check configuration without connecting anywhere; print ok: N pipelines",
-		"flowrun validate --json examples/orders.hcl"},
+		"flowrun validate --json examples/orders.hcl",
+		"0 valid (warnings included); 1 invalid"},
 	{"fmt", "[-check] [-diff] [PATH...]", "rewrite files in canonical HCL layout",
-		"flowrun fmt -diff examples/"},
+		"flowrun fmt -diff examples/",
+		"0; 1 when -check finds a difference or a file does not parse"},
 	{"test", "[PATH...]", "run the test blocks of the files and print a line per test",
-		"flowrun test examples/"},
+		"flowrun test examples/",
+		"0 all pass; 1 otherwise"},
 	{"inspect", "[flags] [PATH...]", "per pipeline: backlog, lag, pending, delayed, dead letters",
-		"flowrun inspect --json --pipeline payouts examples/"},
+		"flowrun inspect --json --pipeline payouts examples/",
+		"0; 1 config or usage error; 2 when Redis cannot be reached"},
 	{"dlq", "list|redrive|purge PIPELINE [--limit N] [--where EXPR] [PATH...]", "show dead letters, move them back to the source, or delete them",
-		"flowrun dlq list payouts --limit 20 examples/"},
+		"flowrun dlq list payouts --limit 20 examples/",
+		"0; 1 config, usage or filter error; 2 when Redis cannot be reached"},
 	{"graph", "[--format mermaid|dot] [PATH...]", "print the pipelines' topology: sources, emits, retry targets and dead letters",
-		"flowrun graph --format dot examples/ | dot -Tsvg > flow.svg"},
+		"flowrun graph --format dot examples/ | dot -Tsvg > flow.svg",
+		"0; 1 config error"},
 	{"plugins", "", "list the compiled-in Go handlers",
-		"flowrun plugins"},
+		"flowrun plugins",
+		"0"},
 	{"version", "", "print version, Go version and commit",
-		"flowrun version"},
+		"flowrun version",
+		"0"},
 	{"completion", "bash|zsh|fish", "print a shell completion script",
-		"source <(flowrun completion bash)"},
+		"source <(flowrun completion bash)",
+		"0; 1 for another shell"},
 	{"help", "[COMMAND]", "show the commands, or a command's usage, flags and example",
-		"flowrun help run"},
+		"flowrun help run",
+		"0; 1 for an unknown command"},
 }
 
 func lookupCommand(name string) (command, bool) {
@@ -110,6 +122,7 @@ func writeCommandHelp(w io.Writer, name string, fs *flag.FlagSet) {
 	}
 	b.WriteString("  -h, --help\n        show this help\n")
 	fmt.Fprintf(&b, "\nExample:\n  %s\n", c.example)
+	fmt.Fprintf(&b, "\nExit codes: %s.\n", c.exits)
 	io.WriteString(w, b.String())
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/telemetry"
 )
 
 // promMetrics implements engine.Metrics with the metric names of SPEC §10.
@@ -66,6 +67,18 @@ func newMetrics() *promMetrics {
 	return m
 }
 
+// forget drops the gauges of a pipeline a reload removed, so they do not report its last
+// values forever; its counters stay, as counters do. The reload has taken it out of the set the
+// sampler reads first.
+func (m *promMetrics) forget(name string) {
+	m.sources.mu.Lock()
+	defer m.sources.mu.Unlock()
+	for _, g := range []*prometheus.GaugeVec{m.inflight, m.delayed, m.sources.lag, m.sources.pending, m.sources.deadLetters} {
+		g.DeleteLabelValues(name)
+	}
+	delete(m.sources.last, name)
+}
+
 func (m *promMetrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
@@ -112,3 +125,26 @@ func (b *boundMetrics) Inflight(delta int)              { b.inflight.Add(float64
 func (b *boundMetrics) DelayedHeld(n int)               { b.delayed.Set(float64(n)) }
 func (b *boundMetrics) SourceError()                    { b.srcErrors.Inc() }
 func (b *boundMetrics) SettleFailure(reason string)     { b.settleFails.WithLabelValues(reason).Inc() }
+
+// spanCounts is what the trace exporter counts (*telemetry.Provider).
+type spanCounts interface {
+	Dropped() int64
+	Exported() int64
+}
+
+var _ spanCounts = (*telemetry.Provider)(nil)
+
+// traces adds the trace exporter's counters (SPEC §14: spans a slow or absent collector could
+// not take are dropped and counted, never waited for).
+func (m *promMetrics) traces(t spanCounts) {
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "flowrun_trace_spans_dropped_total",
+			Help: "Spans dropped: the export queue was full or the collector did not take them.",
+		}, func() float64 { return float64(t.Dropped()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "flowrun_trace_spans_exported_total",
+			Help: "Spans the OTLP collector accepted.",
+		}, func() float64 { return float64(t.Exported()) }),
+	)
+}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/flowrun/flowrun/cli"
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/schema"
 	"github.com/flowrun/flowrun/transports"
 )
 
@@ -32,7 +33,7 @@ func init() {
 			Attributes: []hcl.AttributeSchema{{Name: "key", Required: true}, {Name: "count"}},
 			Blocks:     []hcl.BlockHeaderSchema{{Type: "header", LabelNames: []string{"name"}}},
 		},
-		PipelineAttrs: []transports.PipelineAttr{{Name: "sequence_step", AppliesTo: "a sequence source"}},
+		PipelineAttrs: []transports.PipelineAttr{{AppliesTo: "a sequence source", Attr: schema.Attr{Name: "sequence_step"}}},
 		New:           func() transports.Config { return &sequenceConfig{} },
 	})
 	transports.RegisterEmit(transports.EmitKind{

@@ -8,6 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/flowrun/flowrun/config"
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/telemetry"
 	"github.com/flowrun/flowrun/transports"
 	"github.com/flowrun/flowrun/transports/redisconn"
 )
@@ -27,6 +31,7 @@ type runFlags struct {
 	httpAddr  string
 	consumer  string
 	progress  time.Duration
+	token     string
 }
 
 func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
@@ -35,14 +40,26 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	fs.Var(&f.pipelines, "pipeline", "run only this pipeline (repeatable; default all)")
 	fs.StringVar(&f.logFormat, "log-format", "", "json or console (default json when stderr is not a terminal)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&f.httpAddr, "http-addr", "", "serve /metrics, /healthz and /readyz on HOST:PORT")
+	fs.StringVar(&f.httpAddr, "http-addr", "", "serve the status page, /metrics, /healthz and /readyz on HOST:PORT")
 	fs.StringVar(&f.consumer, "consumer", "", "consumer name for every source (overrides the files)")
 	fs.DurationVar(&f.progress, "progress-interval", 30*time.Second, "log a progress line per busy pipeline this often (0: never)")
+	fs.StringVar(&f.token, "admin-token", "", "enable redrive and purge on the status page for requests carrying this token (default $FLOWRUN_ADMIN_TOKEN)")
 	paths, err := parseArgs(fs, args)
 	if err != nil {
 		return flagExit(err)
 	}
-	logger, err := newLogger(stdio.Err, f.logFormat, f.logLevel)
+	if f.token == "" {
+		// read here, not as the flag's default, so that no help text can show it
+		f.token = os.Getenv("FLOWRUN_ADMIN_TOKEN")
+	}
+	format := resolveLogFormat(stdio.Err, f.logFormat)
+	var bar *progressBar
+	logOut := stdio.Err
+	if wantBar(format, stdio.Err) {
+		bar = &progressBar{out: stdio.Err}
+		logOut = bar // log lines go above the bar
+	}
+	logger, err := newLogger(logOut, format, f.logLevel)
 	if err != nil {
 		fmt.Fprintf(stdio.Err, "flowrun run: %v\n", err)
 		return ExitConfig
@@ -50,7 +67,14 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 
 	redisconn.SetDriverLogger(logger) // go-redis's own notices, at debug, not raw on stderr
 
-	cfg := load(paths, config.Options{Consumer: f.consumer}, stdio)
+	// SIGHUP reloads (SPEC §10); caught from here on, so that one sent while starting does not
+	// kill the process. It is acted on once the pipelines run.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	opts := config.Options{Consumer: f.consumer}
+	cfg := load(paths, opts, stdio)
 	if cfg == nil {
 		return ExitConfig
 	}
@@ -61,29 +85,70 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	}
 	w := newWiring(cfg, stdio, logger)
 	defer w.close()
+	metrics := newMetrics()
+	if tel, err := startTelemetry(ctx, cfg, logger); err != nil {
+		fmt.Fprintf(stdio.Err, "flowrun run: %v\n", err)
+		return ExitConfig
+	} else if tel != nil {
+		w.tel = tel
+		metrics.traces(tel)
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), telemetryFlush)
+			defer cancel()
+			if err := tel.Shutdown(sctx); err != nil {
+				logger.Warn().Err(err).Msg("trace export at exit")
+			}
+		}()
+	}
 	pipelines, err := w.pipelines(ctx, selected)
 	if err != nil {
 		logger.Error().Err(err).Msg("cannot start")
 		return ExitRuntime
 	}
 
-	metrics := newMetrics()
 	if f.progress < 0 {
 		fmt.Fprintf(stdio.Err, "flowrun run: --progress-interval must not be negative\n")
 		return ExitConfig
 	}
 	eng := engine.New(engine.Options{Sinks: w.sink, Metrics: metrics, Progress: f.progress}, pipelines...)
+	rl := &reloader{paths: paths, opts: opts, names: f.pipelines, eng: eng, w: w, metrics: metrics, log: logger, selected: selected}
+	for _, p := range selected {
+		rl.stdinRead = rl.stdinRead || readsStdin(p)
+	}
+	bg, stopBg := context.WithCancel(ctx)
+	var bgDone sync.WaitGroup
+	defer func() {
+		stopBg()
+		bgDone.Wait() // a reload under way ends before the wiring is closed
+	}()
+	// What the status page and the sampler read, asked for at each use: a reload replaces it.
+	running := rl.current
 	if f.httpAddr != "" {
-		srv, err := serveHTTP(f.httpAddr, metrics, eng, logger)
+		env := func(b string) *transports.Env { return w.env(logger, b) }
+		page := statusPage(running, eng, metrics.sources, env, f.token, logger)
+		srv, err := serveHTTP(f.httpAddr, metrics, eng, page, logger)
 		if err != nil {
 			logger.Error().Err(err).Str("addr", f.httpAddr).Msg("cannot serve http")
 			return ExitRuntime
 		}
 		defer srv.Close()
+		bgDone.Add(1)
+		go func() {
+			defer bgDone.Done()
+			metrics.sources.sample(bg, sampleEvery, eng.Ready, running, env, logger)
+		}()
 	}
-
-	if f.httpAddr != "" {
-		go metrics.sources.sample(ctx, sampleEvery, eng.Ready, selected, func(b string) *transports.Env { return w.env(logger, b) }, logger)
+	bgDone.Add(1)
+	go func() {
+		defer bgDone.Done()
+		rl.loop(bg, hup)
+	}()
+	if bar != nil {
+		bgDone.Add(1)
+		go func() {
+			defer bgDone.Done()
+			bar.run(bg, eng.Pipelines)
+		}()
 	}
 	logger.Info().Int("pipelines", len(pipelines)).Msg("flowrun started")
 	if err := eng.Run(ctx); err != nil {
@@ -134,17 +199,23 @@ func selectPipelines(cfg *config.Config, names []string) ([]*config.Pipeline, hc
 	return selected, diags
 }
 
-func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {
-	lvl, err := zerolog.ParseLevel(level)
-	if err != nil || level == "" || lvl > zerolog.ErrorLevel || lvl < zerolog.DebugLevel {
-		return zerolog.Nop(), fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
-	}
+// resolveLogFormat is --log-format, or when unset console on a terminal and json otherwise.
+func resolveLogFormat(w io.Writer, format string) string {
 	if format == "" {
 		format = "json"
 		if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
 			format = "console"
 		}
 	}
+	return format
+}
+
+func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil || level == "" || lvl > zerolog.ErrorLevel || lvl < zerolog.DebugLevel {
+		return zerolog.Nop(), fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	format = resolveLogFormat(w, format)
 	switch format {
 	case "json":
 	case "console":
@@ -155,7 +226,7 @@ func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
 }
 
-func serveHTTP(addr string, m *promMetrics, eng *engine.Engine, log zerolog.Logger) (*http.Server, error) {
+func serveHTTP(addr string, m *promMetrics, eng *engine.Engine, page http.Handler, log zerolog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
@@ -172,12 +243,34 @@ func serveHTTP(addr string, m *promMetrics, eng *engine.Engine, log zerolog.Logg
 		}
 		io.WriteString(w, "ready\n")
 	})
+	mux.Handle("/", page) // the status page and its API (SPEC §15)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Msg("http server failed")
 		}
 	}()
-	log.Info().Str("addr", ln.Addr().String()).Msg("serving metrics and health")
+	log.Info().Str("addr", ln.Addr().String()).Msg("serving the status page, metrics and health")
 	return srv, nil
+}
+
+// telemetryFlush bounds how long an exit waits for the last spans to reach the collector.
+const telemetryFlush = 5 * time.Second
+
+// startTelemetry starts trace export when the files have a telemetry block or the standard
+// OTEL_EXPORTER_OTLP_* variables name a collector (SPEC §14); nil when neither does.
+func startTelemetry(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*telemetry.Provider, error) {
+	c := telemetry.Config{SampleRatio: 1, Version: Version}
+	switch {
+	case cfg.Telemetry != nil:
+		c.Endpoint, c.SampleRatio = cfg.Telemetry.OTLPEndpoint, cfg.Telemetry.SampleRatio
+	case !telemetry.FromEnv():
+		return nil, nil
+	}
+	p, err := telemetry.New(ctx, c, log)
+	if err != nil {
+		return nil, err
+	}
+	log.Info().Str("endpoint", c.Endpoint).Float64("sample_ratio", c.SampleRatio).Msg("exporting traces over OTLP/HTTP")
+	return p, nil
 }

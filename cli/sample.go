@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,12 +17,28 @@ import (
 const sampleEvery = 15 * time.Second
 
 // sourceGauges are the numbers `flowrun inspect` prints, kept for Prometheus and autoscalers.
+// The last sample of each pipeline is kept for the status page (SPEC §15), which reads it
+// rather than asking Redis on every refresh.
 type sourceGauges struct {
 	lag, pending, deadLetters *prometheus.GaugeVec
+
+	// mu guards last, and orders a sample's writes with a reload's forget: a pipeline
+	// removed while it was being read is not written back.
+	mu   sync.Mutex
+	last map[string]sourceSample // by pipeline
+	poke chan struct{}           // a sample soon, out of turn (after a redrive or purge)
+}
+
+// sourceSample is one pipeline's numbers and when they were read.
+type sourceSample struct {
+	stats transports.Stats
+	at    time.Time
 }
 
 func newSourceGauges(reg *prometheus.Registry) *sourceGauges {
 	g := &sourceGauges{
+		last: map[string]sourceSample{},
+		poke: make(chan struct{}, 1),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "flowrun_source_lag",
 			Help: "Entries of the source not yet delivered to its consumer group (an upper bound where Redis cannot tell), sampled every 15 s.",
@@ -37,11 +55,29 @@ func newSourceGauges(reg *prometheus.Registry) *sourceGauges {
 	return g
 }
 
+// latest returns the last sample of a pipeline's source (false before the first).
+func (g *sourceGauges) latest(pipeline string) (transports.Stats, time.Time, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s, ok := g.last[pipeline]
+	return s.stats, s.at, ok
+}
+
+// refresh asks for a sample now rather than at the next tick; asks that come while one is
+// pending are one.
+func (g *sourceGauges) refresh() {
+	select {
+	case g.poke <- struct{}{}:
+	default:
+	}
+}
+
 // sample reads every pipeline whose source can tell (transports.Inspector) once the sources are
-// ready (their groups exist then), and then every `every` until ctx ends: one cheap round trip
-// or two per source. A failed read keeps the last values and is logged at debug (the source's
-// own read loop reports an outage).
-func (g *sourceGauges) sample(ctx context.Context, every time.Duration, ready func() bool, pipelines []*config.Pipeline, env func(redisBlock string) *transports.Env, log zerolog.Logger) {
+// ready (their groups exist then), and then every `every` (or when refresh asks) until ctx
+// ends: one cheap round trip or two per source. pipelines is asked each time, since a reload
+// changes them. A failed read keeps the last values and is logged at debug (the source's own
+// read loop reports an outage).
+func (g *sourceGauges) sample(ctx context.Context, every time.Duration, ready func() bool, pipelines func() []*config.Pipeline, env func(redisBlock string) *transports.Env, log zerolog.Logger) {
 	wait := time.NewTicker(100 * time.Millisecond)
 	for start := time.Now(); !ready() && time.Since(start) < every; {
 		select {
@@ -55,7 +91,7 @@ func (g *sourceGauges) sample(ctx context.Context, every time.Duration, ready fu
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		for _, p := range pipelines {
+		for _, p := range pipelines() {
 			in, ok := p.Source.Config.(transports.Inspector)
 			if !ok {
 				continue
@@ -76,14 +112,20 @@ func (g *sourceGauges) sample(ctx context.Context, every time.Duration, ready fu
 			if lag == nil {
 				lag = st.Lag
 			}
-			set(g.lag, lag)
-			set(g.pending, st.Pending)
-			set(g.deadLetters, st.DeadLetters)
+			g.mu.Lock()
+			if slices.Contains(pipelines(), p) {
+				set(g.lag, lag)
+				set(g.pending, st.Pending)
+				set(g.deadLetters, st.DeadLetters)
+				g.last[p.Name] = sourceSample{stats: st, at: time.Now()}
+			}
+			g.mu.Unlock()
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-g.poke:
 		}
 	}
 }

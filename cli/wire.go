@@ -12,6 +12,7 @@ import (
 	"github.com/flowrun/flowrun/config"
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/handlers"
+	"github.com/flowrun/flowrun/telemetry"
 	"github.com/flowrun/flowrun/transports"
 	"github.com/flowrun/flowrun/transports/redisflow"
 )
@@ -23,59 +24,92 @@ type wiring struct {
 	stdio  Stdio
 	log    zerolog.Logger
 	stdout *codec.LineWriter
+	tel    *telemetry.Provider // nil: no tracing
 
 	// mu guards the maps and closers only, never network I/O: a slow first connection to one
 	// redis block must not stall the pipelines and emits that use another (clientSlot).
 	mu      sync.Mutex
 	clients map[string]*clientSlot // by redis block name
 	closers []func() error
+	owned   map[string][]func() error // a pipeline's own closers (its Go handler), by its name
 	closed  bool
 }
 
 // clientSlot is one redis block's client, opened once by whoever asks first; others asking for
 // the same block wait for that, and nobody else does.
 type clientSlot struct {
-	once sync.Once
-	c    redis.UniversalClient
-	err  error
+	once  sync.Once
+	c     redis.UniversalClient
+	err   error
+	close func() error // closes c once, whoever asks first (a reload or the end)
 }
 
 func newWiring(cfg *config.Config, stdio Stdio, log zerolog.Logger) *wiring {
-	return &wiring{cfg: cfg, stdio: stdio, log: log, stdout: codec.NewLineWriter(stdio.Out), clients: map[string]*clientSlot{}}
+	return &wiring{
+		cfg: cfg, stdio: stdio, log: log, stdout: codec.NewLineWriter(stdio.Out),
+		clients: map[string]*clientSlot{}, owned: map[string][]func() error{},
+	}
+}
+
+// config is the configuration pipelines are built from now (a reload replaces it).
+func (w *wiring) config() *config.Config {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cfg
 }
 
 func (w *wiring) pipelines(ctx context.Context, selected []*config.Pipeline) ([]*engine.Pipeline, error) {
 	out := make([]*engine.Pipeline, 0, len(selected))
 	for _, p := range selected {
-		log := w.log.With().Str(engine.FieldPipeline, p.Name).Str(engine.FieldSource, p.Source.Kind).Logger()
-		src, err := p.Source.Config.Build(ctx, w.env(log, p.Source.Redis))
-		if err != nil {
-			return nil, fmt.Errorf("pipeline %s: %w", p.Name, err)
-		}
-		var h engine.Handler = p.Rules
-		if p.Handler != nil {
-			if h, err = w.goHandler(ctx, p, log); err != nil {
-				return nil, err
-			}
-		}
-		flow, err := w.flow(p)
+		ep, err := w.pipeline(ctx, p)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, &engine.Pipeline{
-			Name:            p.Name,
-			Source:          src,
-			Handler:         h,
-			Concurrency:     p.Concurrency,
-			MaxAttempts:     p.MaxAttempts,
-			DeadLetter:      p.DeadLetter,
-			ShutdownTimeout: p.ShutdownTimeout,
-			MaxHeld:         p.MaxHeld,
-			Flow:            flow,
-			Logger:          log,
-		})
+		out = append(out, ep)
 	}
 	return out, nil
+}
+
+// pipeline builds one pipeline. What only it uses (its Go handler) is closed by release, after
+// a reload stopped it, or at the end.
+func (w *wiring) pipeline(ctx context.Context, p *config.Pipeline) (*engine.Pipeline, error) {
+	log := w.log.With().Str(engine.FieldPipeline, p.Name).Str(engine.FieldSource, p.Source.Kind).Logger()
+	flow, err := w.flow(p)
+	if err != nil {
+		return nil, err
+	}
+	src, err := p.Source.Config.Build(ctx, w.env(log, p.Source.Redis))
+	if err != nil {
+		return nil, fmt.Errorf("pipeline %s: %w", p.Name, err)
+	}
+	var h engine.Handler = p.Rules
+	if p.Handler != nil {
+		if h, err = w.goHandler(ctx, p, log); err != nil {
+			src.Close()
+			return nil, err
+		}
+	}
+	var tracer engine.Tracer
+	if w.tel != nil {
+		system := p.Source.Kind // file, pipe
+		if p.Source.IsRedis() {
+			system = "redis"
+		}
+		tracer = w.tel.Pipeline(p.Name, system)
+	}
+	return &engine.Pipeline{
+		Name:            p.Name,
+		Tracer:          tracer,
+		Source:          src,
+		Handler:         h,
+		Concurrency:     p.Concurrency,
+		MaxAttempts:     p.MaxAttempts,
+		DeadLetter:      p.DeadLetter,
+		ShutdownTimeout: p.ShutdownTimeout,
+		MaxHeld:         p.MaxHeld,
+		Flow:            flow,
+		Logger:          log,
+	}, nil
 }
 
 // flow builds a pipeline's flow control (SPEC §13): its state lives in the source's Redis, so
@@ -116,18 +150,46 @@ func (w *wiring) flow(p *config.Pipeline) (*engine.Flow, error) {
 func (w *wiring) goHandler(ctx context.Context, p *config.Pipeline, log zerolog.Logger) (engine.Handler, error) {
 	hc := p.Handler
 	redisName := p.Source.Redis
-	if redisName == "" && len(w.cfg.Redis) == 1 {
-		redisName = w.cfg.Redis[0].Name
+	if cfg := w.config(); redisName == "" && len(cfg.Redis) == 1 {
+		redisName = cfg.Redis[0].Name
 	}
 	h, err := hc.Config.Provision(ctx, handlers.Env{Pipeline: p.Name, Logger: log.With().Str("handler", hc.Name).Logger(), Redis: redisName})
 	if err != nil {
 		return nil, fmt.Errorf("pipeline %s: handler %s: %w", p.Name, hc.Name, err)
 	}
-	w.onClose(h.Close)
+	w.own(p.Name, h.Close)
 	if err := h.Start(ctx); err != nil {
+		w.release(p.Name)
 		return nil, fmt.Errorf("pipeline %s: handler %s: start: %w", p.Name, hc.Name, err)
 	}
 	return h, nil
+}
+
+// own registers f to run when the pipeline is released, or at close.
+func (w *wiring) own(pipeline string, f func() error) {
+	w.mu.Lock()
+	if !w.closed {
+		w.owned[pipeline] = append(w.owned[pipeline], f)
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	if err := f(); err != nil {
+		w.log.Warn().Err(err).Msg("closing")
+	}
+}
+
+// release closes what the pipeline owned, once it has stopped.
+func (w *wiring) release(pipeline string) {
+	w.mu.Lock()
+	fs := w.owned[pipeline]
+	delete(w.owned, pipeline)
+	w.mu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		if err := fs[i](); err != nil {
+			w.log.Warn().Err(err).Str(engine.FieldPipeline, pipeline).Msg("closing")
+		}
+	}
 }
 
 // env is what a source's kind or an emit kind gets to build with: the standard streams (stdout
@@ -171,8 +233,12 @@ func (w *wiring) onClose(f func() error) {
 // close releases everything in reverse order of creation: Redis clients last.
 func (w *wiring) close() {
 	w.mu.Lock()
-	closers := w.closers
-	w.closers, w.closed = nil, true
+	var closers []func() error
+	for _, fs := range w.owned {
+		closers = append(closers, fs...)
+	}
+	closers = append(w.closers, closers...) // pipelines' own first
+	w.closers, w.owned, w.closed = nil, nil, true
 	w.mu.Unlock()
 	for i := len(closers) - 1; i >= 0; i-- {
 		if err := closers[i](); err != nil {

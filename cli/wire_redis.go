@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"sort"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,13 +26,13 @@ func (w *wiring) client(name string) (redis.UniversalClient, error) {
 		w.clients[name] = slot
 	}
 	w.mu.Unlock()
-	slot.once.Do(func() { slot.c, slot.err = w.openClient(name) })
+	slot.once.Do(func() { slot.c, slot.err = w.openClient(slot, name) })
 	return slot.c, slot.err
 }
 
 // openClient opens a redis block's client for client, once.
-func (w *wiring) openClient(name string) (redis.UniversalClient, error) {
-	c, pingErr, err := openRedis(context.Background(), w.cfg, name, 3*time.Second)
+func (w *wiring) openClient(slot *clientSlot, name string) (redis.UniversalClient, error) {
+	c, pingErr, err := openRedis(context.Background(), w.config(), name, 3*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -41,8 +43,53 @@ func (w *wiring) openClient(name string) (redis.UniversalClient, error) {
 		}
 		w.log.Warn().Str("redis", name).Err(pingErr).Msg("redis not reachable yet; waiting for it")
 	}
-	w.onClose(c.Close) // closed last: created before the sources that use it
+	slot.close = sync.OnceValue(c.Close)
+	w.onClose(slot.close) // closed last: created before the sources that use it
 	return c, nil
+}
+
+// reconfigure makes cfg the configuration new pipelines and emits are built from, and returns
+// the redis blocks whose open client must go: gone or changed, or used by no pipeline of keep.
+// The caller closes each with dropClient once the pipelines that used it have stopped.
+func (w *wiring) reconfigure(cfg *config.Config, keep []*config.Pipeline) []string {
+	used := map[string]bool{}
+	for _, p := range keep {
+		for _, b := range p.RedisBlocks() {
+			used[b] = true
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	old := w.cfg
+	w.cfg = cfg
+	var names []string
+	for name := range w.clients {
+		ob, nb := old.RedisBlock(name), cfg.RedisBlock(name)
+		if used[name] && ob != nil && nb != nil && ob.Fingerprint() == nb.Fingerprint() {
+			continue
+		}
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// dropClient closes a redis block's client and forgets it: the next user opens a new one from
+// the configuration of now.
+func (w *wiring) dropClient(name string) {
+	w.mu.Lock()
+	slot := w.clients[name]
+	delete(w.clients, name)
+	w.mu.Unlock()
+	if slot == nil {
+		return
+	}
+	slot.once.Do(func() {}) // an open still under way finishes first
+	if slot.close != nil {
+		if err := slot.close(); err != nil {
+			w.log.Warn().Err(err).Str("redis", name).Msg("closing")
+		}
+	}
 }
 
 // openRedis builds the client of a redis block and pings it within timeout. The client comes

@@ -31,6 +31,7 @@ type Config struct {
 	Redis     []*Redis
 	Pipelines []*Pipeline
 	Tests     []*Test
+	Telemetry *Telemetry // nil: no telemetry block
 
 	files map[string]*hcl.File
 }
@@ -74,6 +75,8 @@ type Redis struct {
 	TLS      *TLS
 	// DeclRange is the block's header (`redis "main"`).
 	DeclRange hcl.Range
+
+	fingerprint string // see Fingerprint
 }
 
 // Sentinel is a redis block's `sentinel {}`.
@@ -113,6 +116,8 @@ type Pipeline struct {
 	DeclRange hcl.Range
 
 	emitRefs    []emitRef   // emits whose redis block is resolved in the merge pass
+	fingerprint string      // see Fingerprint
+	redisBlocks []string    // see RedisBlocks
 	bareRetries []hcl.Range // outcome expressions that name the bare retry (for lint)
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/flowrun/flowrun/rules"
+	"github.com/flowrun/flowrun/schema"
 )
 
 // Flow is a pipeline's flow control (SPEC §13): any of its three blocks, each nil when absent.
@@ -80,10 +81,31 @@ func (f *Flow) Blocks() int {
 	return n
 }
 
+// The flow-control blocks (SPEC §13), documented; flowBlockSchemas decodes them.
+var (
+	leaseAttr = schema.Attr{Name: "lease", Type: "duration", Default: schema.Value(DefaultLease),
+		Doc: "How long a key stays taken by a process that stopped renewing it (it crashed). A running handler's lease is renewed every third of it and released the moment the handler finishes."}
+	concurrencyKeyBody = &schema.Body{Attrs: []schema.Attr{
+		{Name: "key", Type: "expression", Required: true, Doc: "The key value: an expression over the rules' environment (`\"payload.customer\"`), its result as a string. An error or `nil` counts as `retry`."},
+		{Name: "limit", Type: "number", Required: true, Doc: "Handlers at once per key value. `1` also runs one key's deliveries in the order they were read, within one process (across processes there is no order)."},
+		leaseAttr,
+	}}
+	throttleBody = &schema.Body{Attrs: []schema.Attr{
+		{Name: "limit", Type: "number", Required: true, Doc: "Handler starts per `period` (a sliding window)."},
+		{Name: "period", Type: "duration", Required: true, Doc: "The window `limit` counts starts in."},
+		{Name: "key", Type: "expression", Default: "one budget for the pipeline", Doc: "A budget per key value: an expression, its result as a string. An error or `nil` counts as `retry`."},
+	}}
+	dedupeBody = &schema.Body{Attrs: []schema.Attr{
+		{Name: "key", Type: "expression", Required: true, Doc: "The key value: an expression (`\"payload.order_id\"`), its result as a string. An error or `nil` counts as `retry`."},
+		{Name: "window", Type: "duration", Required: true, Doc: "How long a key stays done after its message was acknowledged or dropped. A retry or dead letter releases the key."},
+		leaseAttr,
+	}}
+)
+
 var flowBlockSchemas = map[string]*hcl.BodySchema{
-	"concurrency_key": {Attributes: []hcl.AttributeSchema{{Name: "key"}, {Name: "limit"}, {Name: "lease"}}},
-	"throttle":        {Attributes: []hcl.AttributeSchema{{Name: "limit"}, {Name: "period"}, {Name: "key"}}},
-	"dedupe":          {Attributes: []hcl.AttributeSchema{{Name: "key"}, {Name: "window"}, {Name: "lease"}}},
+	"concurrency_key": concurrencyKeyBody.HCL(),
+	"throttle":        throttleBody.HCL(),
+	"dedupe":          dedupeBody.HCL(),
 }
 
 // decodeFlowBlocks decodes a pipeline's concurrency_key, throttle and dedupe blocks (at most one

@@ -6,6 +6,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"sort"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/hashicorp/hcl/v2"
@@ -16,20 +18,72 @@ import (
 
 // evalContext is the one curated set of functions available in every attribute (SPEC §2).
 // There are no variables. file() reads relative to dir, the directory of the calling file.
-func evalContext(dir string) *hcl.EvalContext {
+// rec, when set, records the values env() and file() return (for fingerprints).
+func evalContext(dir string, rec *inputRecorder) *hcl.EvalContext {
 	return &hcl.EvalContext{
 		Functions: map[string]function.Function{
-			"env":        envFunc,
-			"file":       fileFunc(dir),
+			"env":        recorded(envFunc, "env", rec),
+			"file":       recorded(fileFunc(dir), "file", rec),
 			"jsonencode": stdlib.JSONEncodeFunc,
 		},
 	}
 }
 
+// recorded wraps a one-string-result function so that rec sees what each call returned.
+func recorded(f function.Function, name string, rec *inputRecorder) function.Function {
+	if rec == nil {
+		return f
+	}
+	return function.New(&function.Spec{
+		Description: f.Description(),
+		Params:      f.Params(),
+		VarParam:    f.VarParam(),
+		Type:        function.StaticReturnType(cty.String),
+		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+			v, err := f.Call(args)
+			if err == nil && v.IsKnown() && !v.IsNull() && len(args) > 0 && args[0].IsKnown() && !args[0].IsNull() {
+				rec.add(name, args[0].AsString(), v.AsString())
+			}
+			return v, err
+		},
+	})
+}
+
+// FunctionDoc is one function of the configuration language, for the reference in docs/.
+type FunctionDoc struct {
+	Name      string
+	Signature string // "env(name, [default])"
+	Doc       string
+}
+
+// Functions lists the functions available in every attribute, in name order, read from the
+// evaluation context that decodes the files.
+func Functions() []FunctionDoc {
+	fns := evalContext(".", nil).Functions
+	names := make([]string, 0, len(fns))
+	for n := range fns {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]FunctionDoc, 0, len(names))
+	for _, n := range names {
+		f := fns[n]
+		var params []string
+		for _, p := range f.Params() {
+			params = append(params, p.Name)
+		}
+		if vp := f.VarParam(); vp != nil {
+			params = append(params, "["+vp.Name+"]")
+		}
+		out = append(out, FunctionDoc{Name: n, Signature: n + "(" + strings.Join(params, ", ") + ")", Doc: f.Description()})
+	}
+	return out
+}
+
 // envFunc is env(NAME) or env(NAME, DEFAULT). An unset variable without a default is an error
 // reported at the NAME argument; a set but empty variable is returned as is.
 var envFunc = function.New(&function.Spec{
-	Description: "Returns the value of an environment variable, or DEFAULT when it is unset.",
+	Description: "The value of the environment variable `name`, or `default` when it is unset; an unset variable without a default is a config error. A set but empty variable is returned as is.",
 	Params:      []function.Parameter{{Name: "name", Type: cty.String}},
 	VarParam:    &function.Parameter{Name: "default", Type: cty.String},
 	Type:        function.StaticReturnType(cty.String),
@@ -59,7 +113,7 @@ var envFunc = function.New(&function.Spec{
 // fileFunc is file(PATH): the contents of a UTF-8 text file, PATH relative to dir.
 func fileFunc(dir string) function.Function {
 	return function.New(&function.Spec{
-		Description: "Returns the contents of a file, relative to the calling configuration file.",
+		Description: "The contents of a UTF-8 text file (at most 4 MiB), `path` relative to the configuration file that calls it.",
 		Params:      []function.Parameter{{Name: "path", Type: cty.String}},
 		Type:        function.StaticReturnType(cty.String),
 		Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {

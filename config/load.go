@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
 
+	"github.com/flowrun/flowrun/schema"
 	"github.com/flowrun/flowrun/transports"
 )
 
@@ -144,11 +145,13 @@ func (p *parser) loadFile(name string) (*fileConfig, hcl.Diagnostics) {
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 	}
+	rec := &inputRecorder{}
 	d := &fileDecoder{
 		filename: name,
 		dir:      dir,
 		src:      f.Bytes,
-		ctx:      evalContext(dir),
+		rec:      rec,
+		ctx:      evalContext(dir, rec),
 		schemas:  p.schemas,
 		consumer: p.consumer,
 		override: p.override,
@@ -163,6 +166,7 @@ type fileDecoder struct {
 	dir      string // absolute; relative paths in the file are resolved against it
 	src      []byte
 	ctx      *hcl.EvalContext
+	rec      *inputRecorder // what env() and file() returned, for fingerprints
 	schemas  *schemas
 	consumer string
 	override bool
@@ -173,15 +177,27 @@ type fileConfig struct {
 	redis     []*Redis
 	pipelines []*Pipeline
 	tests     []*Test
+	telemetry []*Telemetry
 }
 
-var rootSchema = &hcl.BodySchema{
-	Blocks: []hcl.BlockHeaderSchema{
-		{Type: "redis", LabelNames: []string{"name"}},
-		{Type: "pipeline", LabelNames: []string{"name"}},
-		{Type: "test", LabelNames: []string{"name"}},
-	},
-}
+// rootBody is a file's top level, documented: Reference starts here.
+var rootBody = &schema.Body{Blocks: []schema.Block{
+	{Type: "redis", Labels: []string{"name"}, Occurs: "any number", Body: redisBody,
+		Doc: "A Redis connection that sources and emits name. When there is exactly one, they use it without naming it."},
+	{Type: "pipeline", Labels: []string{"name"}, Occurs: "any number", Body: pipelineBody,
+		Doc: "A source, the rules or Go handler that decide each message's outcome, and the failure policy."},
+	{Type: "test", Labels: []string{"name"}, Occurs: "any number", Body: testBody,
+		Doc: "A config test, run by `flowrun test` without any connection: a message, and the outcome and emits a pipeline must produce."},
+	{Type: "telemetry", Occurs: "at most one, for all the files", Body: telemetryBody,
+		Doc: "Export OpenTelemetry traces over OTLP/HTTP (`flowrun run`). Without it, the standard `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) variable turns tracing on; with neither, nothing is exported and nothing is added to messages. See docs/tracing.md."},
+}}
+
+var rootSchema = rootBody.HCL()
+
+// Reference is the configuration language as declared: every block and attribute config decodes,
+// with its documentation, for the reference `go generate ./docs` writes. Source blocks and
+// handler blocks are declared by their kinds (transports.Kinds) and handlers.
+func Reference() *schema.Body { return rootBody }
 
 func (d *fileDecoder) decodeFile(body hcl.Body) (*fileConfig, hcl.Diagnostics) {
 	fc := &fileConfig{}
@@ -190,15 +206,21 @@ func (d *fileDecoder) decodeFile(body hcl.Body) (*fileConfig, hcl.Diagnostics) {
 		diags = append(diags, checkName(block)...)
 		switch block.Type {
 		case "redis":
-			r, ds := d.decodeRedisBlock(block)
+			var r *Redis
+			var ds hcl.Diagnostics
+			fp := d.fingerprintBlock(block, func() { r, ds = d.decodeRedisBlock(block) })
 			diags = append(diags, ds...)
 			if r != nil {
+				r.fingerprint = fp
 				fc.redis = append(fc.redis, r)
 			}
 		case "pipeline":
-			pl, ds := d.decodePipelineBlock(block)
+			var pl *Pipeline
+			var ds hcl.Diagnostics
+			fp := d.fingerprintBlock(block, func() { pl, ds = d.decodePipelineBlock(block) })
 			diags = append(diags, ds...)
 			if pl != nil {
+				pl.fingerprint = fp
 				fc.pipelines = append(fc.pipelines, pl)
 			}
 		case "test":
@@ -207,6 +229,10 @@ func (d *fileDecoder) decodeFile(body hcl.Body) (*fileConfig, hcl.Diagnostics) {
 			if t != nil {
 				fc.tests = append(fc.tests, t)
 			}
+		case "telemetry":
+			t, ds := d.decodeTelemetryBlock(block)
+			diags = append(diags, ds...)
+			fc.telemetry = append(fc.telemetry, t)
 		}
 	}
 	return fc, diags
@@ -260,6 +286,18 @@ func merge(files []*fileConfig, complete bool) (*Config, hcl.Diagnostics) {
 			tests[t.Name] = t
 			cfg.Tests = append(cfg.Tests, t)
 		}
+		for _, t := range fc.telemetry {
+			if cfg.Telemetry != nil {
+				diags = append(diags, &hcl.Diagnostic{
+					Severity: hcl.DiagError,
+					Summary:  "Duplicate telemetry block",
+					Detail:   fmt.Sprintf("A telemetry block was already declared at %s; there is one for all the files.", where(cfg.Telemetry.DeclRange)),
+					Subject:  t.DeclRange.Ptr(),
+				})
+				continue
+			}
+			cfg.Telemetry = t
+		}
 	}
 	if !complete {
 		return cfg, diags
@@ -276,6 +314,7 @@ func merge(files []*fileConfig, complete bool) (*Config, hcl.Diagnostics) {
 	for _, t := range cfg.Tests {
 		diags = append(diags, resolveTest(t, pipelines)...)
 	}
+	cfg.finishFingerprints()
 	return cfg, diags
 }
 

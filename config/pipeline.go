@@ -9,34 +9,61 @@ import (
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/handlers"
 	"github.com/flowrun/flowrun/rules"
+	"github.com/flowrun/flowrun/schema"
 	"github.com/flowrun/flowrun/transports"
 )
 
-// pipelineSchema is what every pipeline takes; the registered source kinds add the pipeline
-// attributes only they take (schemas.pipeline).
-var pipelineSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{
-		{Name: "concurrency"}, {Name: "max_attempts"}, {Name: "dead_letter"},
-		{Name: "shutdown_timeout"}, {Name: "otherwise"}, {Name: "max_held"},
+// pipelineBody is what every pipeline takes, documented; the registered source kinds add the
+// pipeline attributes only they take (schemas.pipeline).
+var pipelineBody = &schema.Body{
+	Attrs: []schema.Attr{
+		{Name: "concurrency", Type: "number", Default: "the number of CPUs", Doc: "Handlers running at once. Reads never run more than one `batch` ahead of free handler slots."},
+		{Name: "max_attempts", Type: "number", Default: "no cap", Doc: "The cap on attempts: a delivery already past it goes straight to the dead letter without running the handler, and a retry asked on the last attempt goes to the dead letter instead. Without `dead_letter` such a delivery is acknowledged and logged as rejected."},
+		{Name: "dead_letter", Type: "string", Default: "none", Doc: "The key that receives messages that failed for good, a key of the source's own kind (a stream for stream and pubsub sources, a list for lists, records with this key for files and pipes), with the dead-letter headers. It must not be the key the source reads."},
+		{Name: "shutdown_timeout", Type: "duration", Default: schema.Value(DefaultShutdownTimeout), Doc: "On a stop, how long in-flight handlers may run before their context is cancelled; also how long the end of a file replay or pipe waits for held copies to come due."},
+		{Name: "otherwise", Type: "expression", Default: "`\"ack\"`", Doc: "The outcome when no rule's `when` holds, an outcome expression (`\"drop\"`, `\"retry_after('1m')\"`). Rules only."},
+		{Name: "max_held", Type: "number", Default: schema.Value(DefaultMaxHeld), Doc: "The most runtime-delayed copies held in the process at once; at the bound reading pauses until copies come due."},
 	},
-	Blocks: []hcl.BlockHeaderSchema{
-		{Type: "source", LabelNames: []string{"kind"}},
-		{Type: "rule", LabelNames: []string{"name"}},
-		{Type: "handler", LabelNames: []string{"name"}},
-		{Type: "concurrency_key"}, {Type: "throttle"}, {Type: "dedupe"},
+	Blocks: []schema.Block{
+		{Type: "source", Labels: []string{"kind"}, Occurs: "one", Ref: "sources",
+			Doc: "Where messages come from. Its body is the kind's: `stream`, `claiming`, `reclaim`, `list`, `pubsub`, `file` or `pipe`."},
+		{Type: "rule", Labels: []string{"name"}, Occurs: "one or more, or a handler", Body: ruleBody,
+			Doc: "An expression rule. Rules are tried in order; the first whose `when` holds decides."},
+		{Type: "handler", Labels: []string{"name"}, Occurs: "one, or rules", Ref: "handlers",
+			Doc: "A compiled Go handler that decides every outcome, instead of rules; its body is the handler's own configuration."},
+		{Type: "concurrency_key", Occurs: "optional", Body: concurrencyKeyBody,
+			Doc: "At most `limit` handlers at once per key value, across every process that runs the pipeline against the same Redis (file and pipe sources: in the process)."},
+		{Type: "throttle", Occurs: "optional", Body: throttleBody,
+			Doc: "At most `limit` handler starts per `period`, per key value when `key` is set, across processes."},
+		{Type: "dedupe", Occurs: "optional", Body: dedupeBody,
+			Doc: "A message whose key already succeeded (`ack` or `drop`) within `window` is acknowledged without running the handler, counted as `duplicate`."},
 	},
 }
 
-var ruleSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "when"}, {Name: "outcome"}},
-	Blocks:     []hcl.BlockHeaderSchema{{Type: "emit", LabelNames: []string{"kind"}}},
-}
-
-var emitSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{
-		{Name: "redis"}, {Name: "key"}, {Name: "payload"}, {Name: "headers"}, {Name: "path"},
+var ruleBody = &schema.Body{
+	Attrs: []schema.Attr{
+		{Name: "when", Type: "expression", Default: "`\"true\"`", Doc: "A boolean expression; the rule decides when it holds."},
+		{Name: "outcome", Type: "expression", Required: true, Doc: "An outcome expression: `\"ack\"`, `\"drop\"`, `\"retry\"`, `\"retry_after('5s')\"`, `\"attempt < 3 ? retry : drop\"`."},
+	},
+	Blocks: []schema.Block{
+		{Type: "emit", Labels: []string{"kind"}, Occurs: "any number", Body: emitBody, Ref: "emit-kinds",
+			Doc: "A message to write when the rule decides, before the delivery is settled."},
 	},
 }
+
+var emitBody = &schema.Body{Attrs: []schema.Attr{
+	{Name: "key", Type: "string", Required: true, Doc: "The stream, list, channel or record key to write to."},
+	{Name: "payload", Type: "expression", Default: "the message's payload unchanged", Doc: "The payload to write: a string result as its bytes, any other value as its JSON text (`\"{'id': payload.id}\"`)."},
+	{Name: "headers", Type: "map of expressions", Default: "none", Doc: "Headers to write, each an expression whose result is written as a string (`{ source = \"'flowrun'\" }`)."},
+	{Name: "redis", Type: "string", Default: "the source's redis block, else the only one", Doc: "The redis block to write through (`stream`, `list` and `pubsub` emits)."},
+	{Name: "path", Type: "path", Default: "standard output", Doc: "A stream file to append the record to, relative to the HCL file (`record` emits only)."},
+}}
+
+var (
+	pipelineSchema = pipelineBody.HCL()
+	ruleSchema     = ruleBody.HCL()
+	emitSchema     = emitBody.HCL()
+)
 
 // decodePipelineBlock decodes `pipeline "NAME" {}` with every default applied. Redis references
 // are resolved later, in the merge pass.

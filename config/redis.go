@@ -5,27 +5,44 @@ import (
 	"net/url"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/flowrun/flowrun/schema"
 )
 
-var redisSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{
-		{Name: "url"}, {Name: "cluster"}, {Name: "username"}, {Name: "password"},
+// redisBody is `redis "NAME" {}`, documented; redisSchema decodes it.
+var redisBody = &schema.Body{
+	Attrs: []schema.Attr{
+		{Name: "url", Type: "string", Doc: "A standalone Redis: `redis://[USER:PASSWORD@]HOST:PORT[/DB]`, `rediss://…` for TLS, or `unix:///PATH/redis.sock[?db=N]`. Exactly one of `url`, `cluster` or a `sentinel` block."},
+		{Name: "cluster", Type: "list of strings", Doc: "A Redis Cluster: `HOST:PORT` seed nodes (`[\"10.0.0.1:7000\", \"10.0.0.2:7000\"]`); the rest of the cluster is discovered from them."},
+		{Name: "username", Type: "string", Doc: "The ACL user (`AUTH username password`), for every form; it overrides a user written in `url`."},
+		{Name: "password", Type: "string", Doc: "The password, for every form; it overrides one written in `url`. Never logged or printed: write `env(\"REDIS_PASSWORD\")` rather than the password itself."},
 	},
-	Blocks: []hcl.BlockHeaderSchema{{Type: "sentinel"}, {Type: "tls"}},
+	Blocks: []schema.Block{
+		{Type: "sentinel", Occurs: "optional", Body: sentinelBody, Doc: "A Redis behind Sentinel, instead of `url` or `cluster`: flowrun asks the sentinels for the master's address whenever it connects and follows their `+switch-master` announcements."},
+		{Type: "tls", Occurs: "optional", Body: tlsBody, Doc: "Its presence turns TLS on for every connection of the block, also for a `redis://` url, a cluster's nodes and the sentinels (a `rediss://` url turns it on by itself); not with `unix://`. A handshake failure at start exits 2 naming it; flowrun never falls back to plaintext."},
+	},
 }
 
-var sentinelSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{
-		{Name: "master"}, {Name: "addrs"}, {Name: "username"}, {Name: "password"},
-	},
-}
+var sentinelBody = &schema.Body{Attrs: []schema.Attr{
+	{Name: "master", Type: "string", Required: true, Doc: "The master's name, as the sentinels know it (`mymaster`)."},
+	{Name: "addrs", Type: "list of strings", Required: true, Doc: "The sentinels, `HOST:PORT` (`[\"10.0.0.1:26379\"]`)."},
+	{Name: "username", Type: "string", Doc: "The ACL user for the sentinels themselves; the redis block's `username` is for the data nodes."},
+	{Name: "password", Type: "string", Doc: "The password for the sentinels themselves; never logged."},
+}}
 
-var tlsSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{
-		{Name: "ca_file"}, {Name: "cert_file"}, {Name: "key_file"}, {Name: "server_name"},
-		{Name: "insecure_skip_verify"},
-	},
-}
+var tlsBody = &schema.Body{Attrs: []schema.Attr{
+	{Name: "ca_file", Type: "path", Default: "the system's roots", Doc: "PEM file of the certificate authorities that sign the server's certificate, relative to the HCL file."},
+	{Name: "cert_file", Type: "path", Doc: "PEM client certificate, for servers that require one (`tls-auth-clients yes`); needs `key_file`."},
+	{Name: "key_file", Type: "path", Doc: "PEM private key of `cert_file`; needs `cert_file`."},
+	{Name: "server_name", Type: "string", Default: "the host of the address", Doc: "The name the server's certificate must carry, when it differs from the host dialled."},
+	{Name: "insecure_skip_verify", Type: "bool", Default: schema.Value(false), Doc: "Accept any server certificate. For tests only: it gives up the protection TLS is for."},
+}}
+
+var (
+	redisSchema    = redisBody.HCL()
+	sentinelSchema = sentinelBody.HCL()
+	tlsSchema      = tlsBody.HCL()
+)
 
 // decodeRedisBlock decodes `redis "NAME" {}`: exactly one of url, cluster or sentinel.
 func (d *fileDecoder) decodeRedisBlock(block *hcl.Block) (*Redis, hcl.Diagnostics) {

@@ -6,8 +6,16 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/flowrun/flowrun/internal/hclutil"
+	"github.com/flowrun/flowrun/schema"
 	"github.com/flowrun/flowrun/transports"
 )
+
+// SourceRedis is the attribute config adds to the source block of every kind that reads from a
+// redis block (transports.Kind.Redis), and resolves itself.
+var SourceRedis = schema.Attr{
+	Name: "redis", Type: "string", Default: "the only redis block",
+	Doc: "The redis block to read from; optional when exactly one is declared.",
+}
 
 // schemas is what config reads of the transport registry, once per load: the source kinds and
 // emit kinds in their Order, and the schemas that decode source blocks and pipeline blocks with
@@ -51,7 +59,7 @@ func newSchemas() *schemas {
 		s.takes[k.Name] = takes
 		attrs := k.Schema.Attributes
 		if k.Redis {
-			attrs = append([]hcl.AttributeSchema{{Name: "redis"}}, attrs...)
+			attrs = append([]hcl.AttributeSchema{{Name: SourceRedis.Name}}, attrs...)
 		}
 		for _, a := range attrs {
 			takes[a.Name] = true

@@ -12,23 +12,46 @@ import (
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/handlers"
 	"github.com/flowrun/flowrun/rules"
+	"github.com/flowrun/flowrun/schema"
 )
 
-var testSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "pipeline"}},
-	Blocks:     []hcl.BlockHeaderSchema{{Type: "message"}, {Type: "mock"}, {Type: "expect"}},
-}
-
-var messageSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "payload"}, {Name: "headers"}, {Name: "key"}, {Name: "attempt"}},
-}
-
-var expectSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{
-		{Name: "outcome"}, {Name: "min_delay"}, {Name: "max_delay"}, {Name: "reason"}, {Name: "emits"},
-		{Name: "key"}, {Name: "concurrency_key"}, {Name: "throttle_key"}, {Name: "dedupe_key"},
+// testBody is `test "NAME" {}` (SPEC §9), documented; testSchema decodes it.
+var testBody = &schema.Body{
+	Attrs: []schema.Attr{
+		{Name: "pipeline", Type: "string", Required: true, Doc: "The pipeline whose rules or Go handler the test runs."},
+	},
+	Blocks: []schema.Block{
+		{Type: "message", Occurs: "optional", Body: messageBody, Doc: "The message the test hands the pipeline."},
+		{Type: "mock", Occurs: "one for an `http` or `exec` handler, else none", Ref: "handler-mocks",
+			Doc: "Stands in for the server or the process of the pipeline's `http` or `exec` handler, so the test runs without any connection or process."},
+		{Type: "expect", Occurs: "one", Body: expectBody, Doc: "What the pipeline must decide."},
 	},
 }
+
+var messageBody = &schema.Body{Attrs: []schema.Attr{
+	{Name: "payload", Type: "string or any value", Default: "empty", Doc: "A string is the payload's bytes; any other value (`{ id = 1 }`) is written as its JSON text."},
+	{Name: "headers", Type: "map of strings", Doc: "The message's headers."},
+	{Name: "key", Type: "string", Default: "the source's key (its stream, list, only channel or key filter)", Doc: "The message's key."},
+	{Name: "attempt", Type: "number", Default: schema.Value(1), Doc: "The attempt number the handler sees (`attempt` in rules)."},
+}}
+
+var expectBody = &schema.Body{Attrs: []schema.Attr{
+	{Name: "outcome", Type: "string", Doc: "The expected outcome as a rule writes it: `\"ack\"`, `\"drop\"`, `\"retry\"`, `\"retry_after('5s')\"`, or `\"retry_after\"` for any delay; `\"dead_letter\"` for a Go handler that dead-letters. Required, unless the test checks flow-control keys only."},
+	{Name: "min_delay", Type: "duration", Default: schema.Value("0s"), Doc: "With `outcome = \"retry_after\"`: the shortest delay that passes."},
+	{Name: "max_delay", Type: "duration", Doc: "With `outcome = \"retry_after\"`: the longest delay that passes."},
+	{Name: "reason", Type: "string", Doc: "With `outcome = \"dead_letter\"`: text the dead-letter reason must contain."},
+	{Name: "emits", Type: "list of objects", Doc: "The expected emits, in order: `[{ kind = \"stream\", key = \"done\", payload = \"...\" }]` (`payload` optional, compared as JSON when it is JSON). `emits = []` asserts that nothing is emitted."},
+	{Name: "key", Type: "string", Doc: "The flow-control key value of the pipeline's one flow-control block (`concurrency_key`, `throttle` or `dedupe`) for the test's message."},
+	{Name: "concurrency_key", Type: "string", Doc: "The key value of the pipeline's `concurrency_key` block, where it declares more than one flow-control block."},
+	{Name: "throttle_key", Type: "string", Doc: "The key value of the pipeline's `throttle` block (one with a `key`), where it declares more than one flow-control block."},
+	{Name: "dedupe_key", Type: "string", Doc: "The key value of the pipeline's `dedupe` block, where it declares more than one flow-control block."},
+}}
+
+var (
+	testSchema    = testBody.HCL()
+	messageSchema = messageBody.HCL()
+	expectSchema  = expectBody.HCL()
+)
 
 var expectEmitFields = []string{"kind", "key", "payload"}
 

@@ -55,15 +55,32 @@ func (s *settler) emit(decs []Decision) {
 		if len(msgs) == 0 {
 			continue
 		}
+		ends := s.emitSpans(decs, t.target, msgs, owner)
 		sink, err := s.r.e.sink(t.target)
 		if err == nil {
 			err = sink.Publish(s.grace, msgs...)
 		} else {
 			err = fmt.Errorf("emit %s: %w", t.target.Kind, err)
 		}
+		var errs []error
+		if ends != nil && err != nil {
+			errs = make([]error, len(msgs))
+		}
 		for _, f := range faultsOf(err, len(msgs)) {
+			if errs != nil {
+				errs[f.Index] = f
+			}
 			if _, ok := failed[owner[f.Index]]; !ok {
 				failed[owner[f.Index]] = fmt.Errorf("emit %s %s: %w", t.target.Kind, msgs[f.Index].Key, f)
+			}
+		}
+		for j, end := range ends {
+			if end != nil {
+				var e error
+				if errs != nil {
+					e = errs[j]
+				}
+				end(e)
 			}
 		}
 	}
@@ -76,8 +93,9 @@ func (s *settler) emit(decs []Decision) {
 		del := d.Settlement.Delivery
 		if err, bad := failed[i]; bad {
 			hadHold := d.Hold != nil
+			span := d.Span
 			*d = s.r.policy.Decide(del, Retry(), err, now)
-			d.Cause = err
+			d.Cause, d.Span = err, span
 			if hadHold && d.Hold == nil {
 				s.gate.add(-1)
 			} else if !hadHold && d.Hold != nil {
@@ -87,4 +105,19 @@ func (s *settler) emit(decs []Decision) {
 		d.Emits = nil
 		s.r.logDecision(del, *d, d.Cause)
 	}
+}
+
+// emitSpans begins a producer span per message whose delivery is traced (each message then
+// carries its span's traceparent) and returns their ends, by message; nil when none is traced.
+func (s *settler) emitSpans(decs []Decision, t Target, msgs []*Message, owner []int) []func(error) {
+	var ends []func(error)
+	for j, m := range msgs {
+		if sp := decs[owner[j]].Span; sp != nil {
+			if ends == nil {
+				ends = make([]func(error), len(msgs))
+			}
+			ends[j] = sp.Emit(t, m)
+		}
+	}
+	return ends
 }

@@ -52,3 +52,10 @@ func (g *holdGate) full() <-chan struct{} {
 	}
 	return g.room
 }
+
+// count is how many copies are held now.
+func (g *holdGate) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.n
+}

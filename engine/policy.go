@@ -30,6 +30,9 @@ type Decision struct {
 	// along so that a decision is logged and counted once its emits are known to be written.
 	Emits []Emit
 	Cause error
+	// Span is the delivery's consumer span when the pipeline traces (SPEC §14); the settler
+	// ends it once the settlement is final.
+	Span Span
 }
 
 // Labels that are not plain outcome kinds.

@@ -16,6 +16,7 @@ type tally struct {
 	outcomes [7]atomic.Int64
 	copies   atomic.Int64 // retry, durable and runtime delayed copies written
 	dead     atomic.Int64 // dead letters written
+	inflight atomic.Int64 // handlers running
 }
 
 // outcomeIndex maps an outcome label to its slot in tally.outcomes, in OutcomeLabels' order.

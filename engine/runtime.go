@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -23,6 +24,7 @@ type Pipeline struct {
 	ShutdownTimeout time.Duration // grace for in-flight handlers after a stop; default 30s
 	MaxHeld         int           // runtime delayed copies held at once; 0: 10000
 	Flow            *Flow         // per-key flow control (SPEC §13); nil: none
+	Tracer          Tracer        // nil: no spans (SPEC §14)
 	Logger          zerolog.Logger
 }
 
@@ -35,13 +37,39 @@ type Options struct {
 	Progress time.Duration
 }
 
-// Engine runs pipelines.
+// Engine runs pipelines: a set given to New, changed while it runs by Start and Stop (a reload,
+// SPEC §10).
 type Engine struct {
-	opts      Options
-	pipelines []*Pipeline
+	opts    Options
+	initial []*Pipeline // started by Run
+
+	// mu guards the registry of running pipelines and Run's state; never held across I/O.
+	mu      sync.Mutex
+	running map[string]*running // by pipeline name, until the pipeline has drained
+	order   []*running          // the same, in start order
+	ran     bool                // Run was called: it runs once
+	ctx     context.Context     // Run's; nil outside Run
+	fail    context.CancelFunc  // stops every pipeline: one failed
+	errs    []error
+	ended   bool          // the last pipeline to end ended on its own, not by Stop
+	changed chan struct{} // a pipeline ended; Run looks again
+	started chan struct{} // closed once Run has started the initial set
 
 	sinkMu sync.Mutex
 	sinks  map[Target]*sinkEntry
+
+	// runMu guards runners: every pipeline started, by name, for Status.
+	runMu   sync.Mutex
+	runners map[string]*runner
+}
+
+// running is one pipeline of the registry.
+type running struct {
+	p       *Pipeline
+	stop    context.CancelFunc
+	done    chan struct{} // closed once it has drained
+	err     error         // set before done is closed
+	stopped bool          // Stop asked; guarded by Engine.mu
 }
 
 // sinkEntry is one target's sink, created once. Its own lock is held while it is created (which
@@ -60,51 +88,174 @@ func New(opts Options, pipelines ...*Pipeline) *Engine {
 		opts.Metrics = noMetrics{}
 	}
 	for _, p := range pipelines {
-		if p.Concurrency <= 0 {
-			p.Concurrency = runtime.NumCPU()
-		}
-		if p.ShutdownTimeout <= 0 {
-			p.ShutdownTimeout = DefaultShutdownTimeout
-		}
+		withDefaults(p)
 	}
-	return &Engine{opts: opts, pipelines: pipelines, sinks: map[Target]*sinkEntry{}}
+	return &Engine{
+		opts: opts, initial: pipelines, running: map[string]*running{}, ended: true,
+		changed: make(chan struct{}, 1), started: make(chan struct{}), sinks: map[Target]*sinkEntry{},
+	}
 }
 
-// Ready reports whether every source that can tell is connected.
+func withDefaults(p *Pipeline) {
+	if p.Concurrency <= 0 {
+		p.Concurrency = runtime.NumCPU()
+	}
+	if p.ShutdownTimeout <= 0 {
+		p.ShutdownTimeout = DefaultShutdownTimeout
+	}
+}
+
+// Ready reports whether Run has started and every running source that can tell is connected.
 func (e *Engine) Ready() bool {
-	for _, p := range e.pipelines {
-		if r, ok := p.Source.(interface{ Ready() bool }); ok && !r.Ready() {
+	select {
+	case <-e.started:
+	default:
+		return false
+	}
+	for _, p := range e.Pipelines() {
+		if !sourceReady(p.Source) {
 			return false
 		}
 	}
 	return true
 }
 
+// Pipelines returns the pipelines running now (stopping ones included), in start order.
+func (e *Engine) Pipelines() []*Pipeline {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]*Pipeline, 0, len(e.order))
+	for _, r := range e.order {
+		out = append(out, r.p)
+	}
+	return out
+}
+
 // Run runs every pipeline until ctx is cancelled (a stop signal) or every finite source is done,
 // then drains: in-flight handlers finish within shutdown_timeout, settlements go out, held
 // delayed copies are written. A pipeline that fails stops the others; Run returns its error.
+// While Run runs, Start and Stop change the set; a set emptied by Stop keeps Run waiting.
 func (e *Engine) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	for _, p := range e.pipelines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := e.runPipeline(ctx, p); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-				cancel()
-			}
-		}()
+	e.mu.Lock()
+	if e.ran {
+		e.mu.Unlock()
+		return errors.New("engine: Run called twice")
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	e.ran = true
+	e.ctx, e.fail = ctx, cancel
+	for _, p := range e.initial {
+		if err := e.startLocked(p); err != nil {
+			e.errs = append(e.errs, err)
+			cancel()
+		}
+	}
+	e.initial = nil
+	e.mu.Unlock()
+	close(e.started)
+
+	stopped := ctx.Done()
+	for {
+		e.mu.Lock()
+		if len(e.running) == 0 && (ctx.Err() != nil || e.ended) {
+			e.ctx = nil // in the same step: no Start comes in after the last end
+			err := errors.Join(e.errs...)
+			e.mu.Unlock()
+			return err
+		}
+		e.mu.Unlock()
+		select {
+		case <-e.changed:
+		case <-stopped:
+			stopped = nil // now only the pipelines' ends matter
+		}
+	}
+}
+
+// Started is closed once Run has started the pipelines given to New: from then on Start and
+// Stop change the set.
+func (e *Engine) Started() <-chan struct{} { return e.started }
+
+// Start starts a pipeline while Run runs. Its name must not be running (a changed pipeline is
+// stopped first).
+func (e *Engine) Start(p *Pipeline) error {
+	withDefaults(p)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ctx == nil || e.ctx.Err() != nil {
+		return fmt.Errorf("pipeline %s: engine is not running", p.Name)
+	}
+	return e.startLocked(p)
+}
+
+func (e *Engine) startLocked(p *Pipeline) error {
+	if _, dup := e.running[p.Name]; dup {
+		return fmt.Errorf("pipeline %s: already running", p.Name)
+	}
+	stop, cancel := context.WithCancel(e.ctx)
+	r := &running{p: p, stop: cancel, done: make(chan struct{})}
+	e.running[p.Name] = r
+	e.order = append(e.order, r)
+	e.ended = false
+	go func() {
+		err := e.runPipeline(stop, p)
+		cancel()
+		e.mu.Lock()
+		r.err = err
+		delete(e.running, p.Name)
+		for i, o := range e.order {
+			if o == r {
+				e.order = append(e.order[:i:i], e.order[i+1:]...)
+				break
+			}
+		}
+		if !r.stopped {
+			e.ended = true
+			if err != nil {
+				e.errs = append(e.errs, err)
+				e.fail()
+			}
+		}
+		e.mu.Unlock()
+		close(r.done)
+		select {
+		case e.changed <- struct{}{}:
+		default:
+		}
+	}()
+	return nil
+}
+
+// Stop stops one pipeline as a stop signal would (in-flight handlers finish within its
+// shutdown_timeout, settlements go out, held copies are written) and returns once it has
+// drained, with its error if it failed. The others run on. A name not running is no error.
+func (e *Engine) Stop(name string) error {
+	e.mu.Lock()
+	r := e.running[name]
+	if r == nil {
+		e.mu.Unlock()
+		return nil
+	}
+	r.stopped = true
+	e.ended = false // an emptied set waits for a Start
+	e.mu.Unlock()
+	r.stop()
+	<-r.done
+	e.unregister(name) // a reload removed it, or starts it anew: Status shows the set that runs
+	return r.err
+}
+
+// DropSinks forgets the cached sinks drop returns true for (their Redis block changed in a
+// reload), so the next emit to such a target resolves a new one.
+func (e *Engine) DropSinks(drop func(Target) bool) {
+	e.sinkMu.Lock()
+	defer e.sinkMu.Unlock()
+	for t := range e.sinks {
+		if drop(t) {
+			delete(e.sinks, t)
+		}
+	}
 }
 
 func (e *Engine) sink(t Target) (Sink, error) {
@@ -140,6 +291,9 @@ type runner struct {
 	log     zerolog.Logger
 	metrics PipelineMetrics
 	tally   tally
+	rates   rateRing
+	gate    *holdGate
+	stopped atomic.Bool
 }
 
 func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
@@ -153,9 +307,14 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 	}
 
 	r.tally.start = time.Now()
+	r.rates.add(r.tally.start, &r.tally)
+	r.gate = newHoldGate(p.MaxHeld)
+	e.register(r)
+	defer r.stopped.Store(true)
 	progressCtx, endProgress := context.WithCancel(context.Background())
 	defer endProgress()
 	go r.progress(progressCtx, e.opts.Progress)
+	go r.snapshots(progressCtx.Done())
 
 	if h, ok := p.Source.(interface{ SetErrorHook(func()) }); ok {
 		h.SetErrorHook(r.metrics.SourceError)
@@ -189,7 +348,7 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 		received <- err
 	}()
 
-	gate := newHoldGate(p.MaxHeld)
+	gate := r.gate
 	s := newSettler(r, stop, grace, gate)
 	settled := make(chan struct{})
 	go func() {
@@ -263,12 +422,23 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 	return nil
 }
 
-// handle runs the handler for one delivery and decides its settlement.
+// handle runs the handler for one delivery and decides its settlement. With a tracer, the
+// decision carries the delivery's consumer span for the settler to end.
 func (r *runner) handle(ctx context.Context, d *Delivery) Decision {
 	if d.Headers == nil {
 		d.Headers = map[string]string{}
 	}
 	r.policy.Caps.Number(d)
+	if r.p.Tracer == nil {
+		return r.decide(ctx, d, nil)
+	}
+	ctx, span := r.p.Tracer.Start(ctx, d)
+	dec := r.decide(ctx, d, span)
+	dec.Span = span
+	return dec
+}
+
+func (r *runner) decide(ctx context.Context, d *Delivery, span Span) Decision {
 	// Two clock reads per delivery, around the handler (they cost a system call on some
 	// virtual machines); the policy reuses the second.
 	start := time.Now()
@@ -278,10 +448,19 @@ func (r *runner) handle(ctx context.Context, d *Delivery) Decision {
 	}
 
 	r.metrics.Inflight(1)
-	res := safeHandle(ctx, r.p.Handler, d)
+	r.tally.inflight.Add(1)
+	var res Result
+	if span == nil {
+		res = safeHandle(ctx, r.p.Handler, d)
+	} else {
+		hctx, end := span.Handler(ctx)
+		res = safeHandle(hctx, r.p.Handler, d)
+		end(res.Err)
+	}
 	end := time.Now()
 	r.metrics.HandlerDuration(end.Sub(start))
 	r.metrics.Inflight(-1)
+	r.tally.inflight.Add(-1)
 
 	if res.Err != nil && (res.Outcome.Kind == KindAck || res.Outcome.Kind == KindDrop) {
 		res.Outcome = Retry()

@@ -3,6 +3,7 @@ package engine
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"math/rand/v2"
 	"time"
 
@@ -31,7 +32,8 @@ type settler struct {
 	held  holdHeap
 	gate  *holdGate
 
-	batch []Decision // decisions to settle in the next call
+	batch []Decision   // decisions to settle in the next call
+	buf   []Settlement // the Settle call's argument, reused
 	// retry holds decisions whose settlement failed transiently; they are resent at retryAt
 	// together with whatever else is waiting, so one failing key never holds back the others.
 	retry   []Decision
@@ -242,14 +244,17 @@ func (s *settler) requeueDue(now time.Time) {
 
 // settle sends the batch and every resend that is due, in calls of at most maxSettleBatch.
 func (s *settler) settle() {
-	todo := append(s.takeRetries(), s.batch...)
-	clear(s.batch)
-	s.batch = s.batch[:0]
+	todo := s.batch // settled in place when nothing waits for a resend: no copy per batch
+	if len(s.retry) > 0 {
+		todo = append(s.takeRetries(), s.batch...)
+	}
 	for len(todo) > 0 {
 		n := min(len(todo), maxSettleBatch)
 		s.settleCall(todo[:n])
 		todo = todo[n:]
 	}
+	clear(s.batch)
+	s.batch = s.batch[:0]
 }
 
 func (s *settler) settleCall(decs []Decision) { s.settleWith(s.grace, decs) }
@@ -259,16 +264,37 @@ func (s *settler) settleWith(ctx context.Context, decs []Decision) {
 	if len(decs) == 0 {
 		return
 	}
-	batch := make([]Settlement, len(decs))
-	for i, d := range decs {
-		batch[i] = d.Settlement
+	batch := s.buf[:0]
+	for _, d := range decs {
+		batch = append(batch, d.Settlement)
 	}
+	defer func() { // kept for the next call; what it points to is not
+		clear(batch)
+		s.buf = batch[:0]
+	}()
+	ends := settleSpans(decs)
 	err := s.r.p.Source.Settle(ctx, batch)
 	if err == nil {
+		for _, end := range ends {
+			if end != nil {
+				end(nil)
+			}
+		}
 		s.settled(decs)
 		return
 	}
 	faults := faultsOf(err, len(decs))
+	if ends != nil {
+		errs := make([]error, len(decs))
+		for _, f := range faults {
+			errs[f.Index] = f
+		}
+		for i, end := range ends {
+			if end != nil {
+				end(errs[i])
+			}
+		}
+	}
 	failed := make([]bool, len(decs))
 	var permanent []int
 	for _, f := range faults {
@@ -330,6 +356,9 @@ func (s *settler) settled(decs []Decision) {
 			// The original is settled before its copy is held (SPEC §5 runtime delay).
 			heap.Push(&s.held, held{msg: d.Hold, due: d.HoldDue})
 			pushed = true
+		}
+		if d.Span != nil {
+			d.Span.End(d.Label, nil)
 		}
 	}
 	if pushed {
@@ -398,6 +427,9 @@ func (s *settler) abandon(d Decision, msg string) {
 	if d.Hold != nil {
 		s.gate.add(-1)
 	}
+	if d.Span != nil {
+		d.Span.End(d.Label, errAbandoned)
+	}
 	if rel, ok := s.r.p.Source.(Releaser); ok && d.Settlement.Delivery != nil {
 		rel.Release(d.Settlement)
 	}
@@ -428,4 +460,33 @@ func (h *holdHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
+}
+
+// errAbandoned marks the consumer span of a delivery whose settlement was given up.
+var errAbandoned = errors.New("settlement failed; delivery left unsettled")
+
+// settleSpans begins a settlement span per traced decision (the copies it writes then carry
+// that span's traceparent) and returns their ends, by decision; nil when none is traced.
+func settleSpans(decs []Decision) []func(error) {
+	var ends []func(error)
+	for i, d := range decs {
+		if d.Span == nil {
+			continue
+		}
+		if ends == nil {
+			ends = make([]func(error), len(decs))
+		}
+		st := d.Settlement
+		switch {
+		case st.Copy != nil && d.Hold != nil:
+			ends[i] = d.Span.Settle(st.Action, st.Copy, d.Hold)
+		case st.Copy != nil:
+			ends[i] = d.Span.Settle(st.Action, st.Copy)
+		case d.Hold != nil:
+			ends[i] = d.Span.Settle(st.Action, d.Hold)
+		default:
+			ends[i] = d.Span.Settle(st.Action)
+		}
+	}
+	return ends
 }

@@ -1,4 +1,4 @@
-# Charges made by a program per message through the built-in exec handler (SPEC §8): records in
+# Charges made by a program per message through the built-in exec handler: records in
 # on stdin, each written to bin/charge's stdin; what it prints becomes a record, exit 75 asks for
 # a retry, any other failure goes to a dead letter. The tests run no process: a mock block stands
 # in for it.

@@ -1,4 +1,4 @@
-# Payouts from a Redis stream shared by many workers (SPEC §2): idle entries of crashed workers are
+# Payouts from a Redis stream shared by many workers: idle entries of crashed workers are
 # claimed back, a failing gateway is retried later, and the third failure goes to a dead letter.
 #
 #   REDIS_URL=redis://127.0.0.1:6379/0 go run ./cmd/flowrun run examples/payouts.hcl

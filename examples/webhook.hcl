@@ -1,4 +1,4 @@
-# Payout notifications sent to a webhook by the built-in http handler (SPEC §8): records in on
+# Payout notifications sent to a webhook by the built-in http handler: records in on
 # stdin, each POSTed as JSON; a busy endpoint is tried again later, a refused one goes to a dead
 # letter. The tests need no endpoint: a mock block stands in for its answer.
 #

@@ -39,6 +39,7 @@ const (
 func init() {
 	Register(Spec[execConfig]{
 		Name:      "exec",
+		Body:      execBody,
 		Doc:       "runs a command per message, payload on stdin; exit 0 acks, 75 retries, others dead-letter",
 		Defaults:  func() execConfig { return execConfig{Timeout: execDefaultTimeout} },
 		Validate:  validateExec,

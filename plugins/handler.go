@@ -14,6 +14,7 @@ import (
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/handlers"
+	"github.com/flowrun/flowrun/schema"
 )
 
 // Handler decides the fate of one delivery. Handle is called concurrently, up to the pipeline's
@@ -58,6 +59,10 @@ type Spec[C any] struct {
 	Name string
 	// Doc is one line shown by `flowrun plugins`.
 	Doc string
+	// Body documents the block's attributes and blocks (type, default, meaning) for the reference
+	// in docs/; nil for a handler that does not document them. When set it must name exactly the
+	// attributes and blocks of C's hcl tags: Register panics otherwise, so the two cannot drift.
+	Body *schema.Body
 	// Defaults returns a config with the defaults set; decoding overwrites only the attributes
 	// and blocks the user wrote. Nil means the zero C.
 	Defaults func() C
@@ -107,7 +112,12 @@ func Register[C any](s Spec[C]) {
 	if err := checkConfigType(reflect.TypeFor[C]()); err != nil {
 		panic(fmt.Sprintf("plugins: Register %q: %v", s.Name, err))
 	}
-	p := handlers.Plugin{Name: s.Name, Doc: s.Doc, Decode: s.decode}
+	if s.Body != nil {
+		if err := checkBody(s.Body, reflect.TypeFor[C]()); err != nil {
+			panic(fmt.Sprintf("plugins: Register %q: %v", s.Name, err))
+		}
+	}
+	p := handlers.Plugin{Name: s.Name, Doc: s.Doc, Decode: s.decode, Body: s.Body, MockBody: mockBodies[s.Name]}
 	if s.mock != nil {
 		p.DecodeMock = func(body hcl.Body, ctx *hcl.EvalContext, rng hcl.Range) (handlers.Mock, hcl.Diagnostics) {
 			m, diags := s.mock(body, ctx, rng)

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // Defaults and limits of the http handler.
@@ -42,6 +44,7 @@ const (
 func init() {
 	Register(Spec[httpConfig]{
 		Name: "http",
+		Body: httpBody,
 		Doc:  "sends each message to an HTTP endpoint; 2xx acks, 429 and 5xx retry later, other statuses dead-letter",
 		Defaults: func() httpConfig {
 			return httpConfig{Method: httpDefaultMethod, Timeout: httpDefaultTimeout, HeaderPrefix: httpDefaultHeaderPrefix}
@@ -254,6 +257,9 @@ func (h *httpHandler) setHeaders(req *http.Request, m Message, isJSON bool) {
 		req.Header.Set("Content-Type", "application/octet-stream")
 	}
 	req.Header.Set("User-Agent", "flowrun")
+	// The handler span's traceparent (SPEC §14); the global propagator is a no-op unless
+	// flowrun exports traces. Headers set in the block come after and win.
+	otel.GetTextMapPropagator().Inject(req.Context(), propagation.HeaderCarrier(req.Header))
 	for _, k := range sortedKeys(h.headers) {
 		v := h.headers[k]
 		if http.CanonicalHeaderKey(k) == "Host" {

@@ -5,11 +5,14 @@ import (
 	"maps"
 
 	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/schema"
 )
 
 func init() {
 	Register(Spec[struct{}]{
 		Name: "log",
+		Body: &schema.Body{},
 		Doc:  "logs each message at info and acknowledges it",
 		Provision: func(_ context.Context, _ struct{}, env Env) (Handler, error) {
 			return &logHandler{log: env.Logger}, nil

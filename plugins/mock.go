@@ -16,6 +16,7 @@ import (
 	ctyjson "github.com/zclconf/go-cty/cty/json"
 
 	"github.com/flowrun/flowrun/internal/handlers"
+	"github.com/flowrun/flowrun/schema"
 )
 
 // Mocks: what stands in for the outside world when `flowrun test` runs a pipeline whose handler
@@ -36,11 +37,16 @@ type mock interface {
 	install(env *Env)
 }
 
-// mockAttrs is every attribute a mock block may hold, with the handler that takes it.
-var mockAttrs = map[string]string{
-	"status": "http", "headers": "http", "body": "http",
-	"exit": "exec", "stdout": "exec", "stderr": "exec",
-}
+// mockAttrs is every attribute a mock block may hold (mockBodies), with the handler that takes it.
+var mockAttrs = func() map[string]string {
+	m := map[string]string{}
+	for handler, b := range mockBodies {
+		for _, a := range b.Attrs {
+			m[a.Name] = handler
+		}
+	}
+	return m
+}()
 
 // mockOf says what a handler's mock stands in for, in a misplaced attribute's diagnostic.
 var mockOf = map[string]string{"http": "the HTTP response", "exec": "the process"}
@@ -86,7 +92,11 @@ func mockAttributes(handler string, body hcl.Body) (map[string]*hcl.Attribute, h
 
 // mockOrder puts a handler's mock attributes in the order the documentation lists them.
 func mockOrder(name string) int {
-	return strings.Index("status headers body exit stdout stderr", name)
+	b := mockBodies[mockAttrs[name]]
+	if b == nil {
+		return -1
+	}
+	return slices.IndexFunc(b.Attrs, func(a schema.Attr) bool { return a.Name == name })
 }
 
 // mockInt decodes a whole number in [lo, hi].

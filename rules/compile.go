@@ -89,21 +89,6 @@ func CompileValue(src string) (*Value, error) {
 	return &Value{p}, nil
 }
 
-// Function signatures as the type checker sees them. backoff's third argument is added by the
-// patcher (attempt), so users write two.
-var (
-	retryAfterOption = expr.Function("retry_after", retryAfter,
-		new(func(string) engine.Outcome),
-		new(func(time.Duration) engine.Outcome),
-	)
-	backoffOption = expr.Function("backoff", backoff,
-		new(func(string, string, int) time.Duration),
-		new(func(time.Duration, time.Duration, int) time.Duration),
-		new(func(string, time.Duration, int) time.Duration),
-		new(func(time.Duration, string, int) time.Duration),
-	)
-)
-
 func compile(src string, kind exprKind) (program, error) {
 	if strings.TrimSpace(src) == "" {
 		return program{}, &Error{Line: 1, Column: 1, Message: "empty expression"}
@@ -117,8 +102,9 @@ func compile(src string, kind exprKind) (program, error) {
 		expr.Env(envType),
 		expr.MaxNodes(MaxNodes),
 		expr.Patch(pt),
-		retryAfterOption,
-		backoffOption,
+	}
+	for _, f := range functions {
+		opts = append(opts, expr.Function(f.Name, f.fn, f.types...))
 	}
 	if kind == kindCondition || kind == kindFilter {
 		opts = append(opts, expr.AsBool())

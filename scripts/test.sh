@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command (README): installs what the tests need when it is missing, checks gofmt and
 # go vet, then runs every test. The Redis tests start their own redis-server processes on free loopback ports; they never
-# touch 6379. A missing redis-server is installed with apt-get when we are root on Debian, and
-# otherwise named, so a test never skips silently. Arguments go to `go test` (default ./...).
+# touch 6379. A missing redis-server (or chromium, which the status page's browser test drives
+# headless) is installed with apt-get when we are root on Debian, and otherwise named, so a test
+# never skips silently. Arguments go to `go test` (default ./...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +21,7 @@ need() { # need BINARY PACKAGE
 
 need redis-server redis-server
 need redis-cli redis-tools
+need chromium chromium
 
 # Formatting and vet first: the same checks for a developer as for CI.
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*'))

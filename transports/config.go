@@ -101,6 +101,15 @@ type DeadLetterStore interface {
 	PurgeDeadLetters(ctx context.Context, env *Env, q DeadLetterQuery) (deleted int, err error)
 }
 
+// DeadLetterPager is implemented by a DeadLetterStore that can read one page of its letters
+// without walking them all (the status page's unfiltered view).
+type DeadLetterPager interface {
+	// PageDeadLetters skips offset letters and returns up to limit of the next, counted from
+	// the newest end and newest first when newest is set, else from the oldest and oldest
+	// first; and how many letters there are. It reads offset+limit letters at most.
+	PageDeadLetters(ctx context.Context, env *Env, newest bool, offset, limit int) (letters []DeadLetter, total int64, err error)
+}
+
 // DeadLetterQuery selects dead letters for a DeadLetterStore.
 type DeadLetterQuery struct {
 	// Limit is how many letters at most (0: all).

@@ -24,6 +24,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/schema"
 )
 
 // Kind is a source kind: what `source "NAME" {}` means.
@@ -38,11 +39,21 @@ type Kind struct {
 	// which config resolves (optional when exactly one redis block exists) and which
 	// Env.RedisBlock names at run time. Schema must not list "redis".
 	Redis bool
+	// Attrs are the source block's attributes, documented: Register derives Schema from them,
+	// and `go generate ./docs` writes the reference from them, so the two cannot drift. A kind
+	// without Attrs (one from outside this repository) may set Schema itself.
+	Attrs []schema.Attr
 	// Schema is the source block's body. config decodes the block with it: an attribute that is
 	// not here is reported (naming the kinds that take it, or hcl's "Did you mean"), and a
 	// Required attribute that is missing is reported at the block's header as `The argument
 	// "NAME" is required for a KIND source.` Block.Body holds what was written.
 	Schema hcl.BodySchema
+	// Summary is one line for lists of kinds ("Redis stream, consumer group"); Doc is the
+	// reference page's prose (Markdown): how the kind reads, settles each outcome and retries.
+	Summary, Doc string
+	// Example is a complete configuration using the kind, one that `flowrun validate` accepts:
+	// the docs' tests load it.
+	Example string
 	// PipelineAttrs are pipeline attributes that only some kinds take (SPEC §2). A pipeline
 	// whose source's kind does not list one reports it as an unsupported argument.
 	PipelineAttrs []PipelineAttr
@@ -52,7 +63,8 @@ type Kind struct {
 
 // PipelineAttr is a pipeline attribute that only some source kinds take, such as delayed_retry.
 type PipelineAttr struct {
-	Name string
+	// Attr names and documents the attribute.
+	schema.Attr
 	// AppliesTo says which sources take it, for the message on a pipeline whose source does not:
 	// `"delay_key" only applies to APPLIES_TO; this pipeline's source is a list source.` Kinds
 	// that share an attribute should share the wording; the first kind in Order's is used.
@@ -63,6 +75,8 @@ type PipelineAttr struct {
 type EmitKind struct {
 	// Name is the emit block's label, and engine.Target.Kind.
 	Name string
+	// Doc says where the emit writes and how (Markdown), for the reference.
+	Doc string
 	// Order places the kind in lists shown to people, as Kind.Order does.
 	Order int
 	// Redis says the emit writes to a redis block: its block takes "redis" (default: the
@@ -91,6 +105,14 @@ var (
 func Register(k Kind) {
 	if k.Name == "" || k.New == nil {
 		panic("transports: Register needs a Name and New")
+	}
+	if len(k.Attrs) > 0 {
+		if len(k.Schema.Attributes) > 0 {
+			panic(fmt.Sprintf("transports: source kind %q sets both Attrs and Schema.Attributes", k.Name))
+		}
+		for _, a := range k.Attrs {
+			k.Schema.Attributes = append(k.Schema.Attributes, hcl.AttributeSchema{Name: a.Name, Required: a.Required})
+		}
 	}
 	for _, a := range k.Schema.Attributes {
 		if a.Name == "redis" {

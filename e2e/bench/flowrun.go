@@ -217,5 +217,9 @@ func (b *bench) concurrencyLine() string {
 
 // redisBlock is the config's one redis block.
 func (b *bench) redisBlock() string {
-	return fmt.Sprintf("redis \"bench\" {\n  url = %q\n}\n\n", b.srv.URL)
+	s := fmt.Sprintf("redis \"bench\" {\n  url = %q\n}\n\n", b.srv.URL)
+	if b.collector != "" {
+		s += fmt.Sprintf("telemetry {\n  otlp_endpoint = %q\n  sample_ratio  = 1\n}\n\n", b.collector)
+	}
+	return s
 }

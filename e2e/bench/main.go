@@ -19,6 +19,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -39,6 +42,7 @@ type options struct {
 	runs        int           // runs of each workload; the table shows medians
 	cpuprofile  string        // directory for flowrun CPU profiles; "" for none
 	bin         string        // a flowrun binary to use instead of building ./cmd/flowrun
+	trace       bool          // flowrun exports every span to a collector that discards them
 }
 
 // workload is one selectable workload; run measures both sides and returns its rows.
@@ -75,6 +79,7 @@ func main() {
 	flag.IntVar(&o.runs, "runs", 1, "run each workload this many times and show the median of each side (on a busy machine, 3)")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of each flowrun run to DIR/<row>.pprof")
 	flag.StringVar(&o.bin, "bin", "", "use this flowrun binary instead of building ./cmd/flowrun")
+	flag.BoolVar(&o.trace, "trace", false, "flowrun exports traces (sample_ratio 1) to an OTLP/HTTP collector in this command that discards them")
 	flag.Parse()
 	selected, err := selectWorkloads(*sel)
 	if err == nil {
@@ -137,6 +142,8 @@ type bench struct {
 	obs *redis.Client // the observer's own client (measure)
 	bin string        // the flowrun binary
 	dir string        // scratch directory: configs, logs
+	// collector is the OTLP/HTTP endpoint flowrun exports to with -trace; "" without.
+	collector string
 }
 
 func run(o options, selected []workload) error {
@@ -171,6 +178,14 @@ func run(o options, selected []workload) error {
 	}
 	defer b.rdb.Close()
 	defer b.obs.Close()
+	if o.trace {
+		c := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body) // an empty protobuf reply: everything accepted
+			w.Header().Set("Content-Type", "application/x-protobuf")
+		}))
+		defer c.Close()
+		b.collector = c.URL
+	}
 	info, _ := b.rdb.InfoMap(ctx, "server").Result()
 	fmt.Printf("redis-server %s on %s; %d CPUs; -n %d -batch %d; payload %s\n",
 		info["Server"]["redis_version"], srv.Addr, numCPU(), o.n, o.batch, payload(1))

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/schema"
 )
 
 // Plugin is one registered Go handler.
@@ -24,6 +25,9 @@ type Plugin struct {
 	Name string
 	// Doc is one line shown by `flowrun plugins`.
 	Doc string
+	// Body documents the handler block's body, MockBody a test's mock block for it, for the
+	// reference in docs/; nil when undocumented.
+	Body, MockBody *schema.Body
 	// Decode decodes and validates the body of a handler block whose header is rng, with
 	// positioned diagnostics. The Config is nil when the diagnostics hold an error.
 	Decode func(body hcl.Body, ctx *hcl.EvalContext, rng hcl.Range) (Config, hcl.Diagnostics)

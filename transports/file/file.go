@@ -102,6 +102,8 @@ type Source struct {
 
 	malformed atomic.Int64
 	closed    atomic.Bool
+	readOff   atomic.Int64 // off, for Progress
+	size      atomic.Int64 // the file's size when last looked at, for Progress
 }
 
 var _ engine.Source = (*Source)(nil)
@@ -155,8 +157,24 @@ func New(opts Options, log zerolog.Logger) (*Source, error) {
 		}
 	}
 	s.frontier = position{s.off, s.line}
+	s.readOff.Store(s.off)
 	s.lr = codec.NewLineReader(f, codec.MaxLineSize)
 	return s, nil
+}
+
+// Progress tells how far a replay has read: bytes read of the file's size (which counts copies
+// appended since it started). ok is false when following: there is no end to get to.
+func (s *Source) Progress() (read, size int64, ok bool) {
+	if s.opts.Follow {
+		return 0, 0, false
+	}
+	if !s.closed.Load() {
+		if st, err := s.f.Stat(); err == nil {
+			s.size.Store(st.Size())
+		}
+	}
+	read = s.readOff.Load()
+	return read, max(read, s.size.Load()), true
 }
 
 // resume reads the checkpoint, checks it against the file and seeks there.
@@ -276,6 +294,7 @@ func (s *Source) handle(ctx context.Context, feed engine.Feed, line []byte, size
 	s.line++
 	n, start := s.line, s.off
 	s.off += int64(size)
+	s.readOff.Store(s.off)
 	if s.settledBefore(n) {
 		s.advance(n, start, true)
 		return nil

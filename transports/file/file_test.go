@@ -777,3 +777,22 @@ func TestEngineResendAfterCheckpointFailure(t *testing.T) {
 		t.Errorf("%d lines, want 5:\n%s", n, data)
 	}
 }
+
+// Progress is bytes read of the file's size for a replay (the progress bar, SPEC §10); a
+// followed file has no end and reports none.
+func TestProgress(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in.jsonl")
+	writeFile(t, path, sample)
+	s, _ := open(t, Options{Path: path})
+	if read, size, ok := s.Progress(); !ok || read != 0 || size != int64(len(sample)) {
+		t.Fatalf("before reading: Progress = %d, %d, %v; want 0, %d, true", read, size, ok, len(sample))
+	}
+	drain(t, s)
+	if read, size, ok := s.Progress(); !ok || read != size || size != int64(len(sample)) {
+		t.Fatalf("at the end: Progress = %d, %d, %v; want %d of %d", read, size, ok, len(sample), len(sample))
+	}
+	f, _ := open(t, Options{Path: path, Follow: true})
+	if _, _, ok := f.Progress(); ok {
+		t.Fatal("a followed file reports progress")
+	}
+}

@@ -8,10 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/hashicorp/hcl/v2"
-
 	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/schema"
 	"github.com/flowrun/flowrun/transports"
 )
 
@@ -19,15 +18,22 @@ func init() {
 	transports.Register(transports.Kind{
 		Name:  "file",
 		Order: 60,
-		Schema: hcl.BodySchema{Attributes: []hcl.AttributeSchema{
-			{Name: "path", Required: true}, {Name: "key"}, {Name: "follow"}, {Name: "checkpoint"},
-		}},
-		New: func() transports.Config { return &Config{} },
+		Attrs: []schema.Attr{
+			{Name: "path", Type: "path", Required: true, Doc: "The stream file of records, relative to the HCL file that declares it."},
+			{Name: "key", Type: "string", Default: "every key but the pipeline's `dead_letter`", Doc: "Read only the records with this key. It must not be the pipeline's `dead_letter`."},
+			{Name: "follow", Type: "bool", Default: schema.Value(false), Doc: "`false`: stop at the end of the file (a replay; `flowrun run` exits 0 once every record is settled); `true`: wait for records appended to it, as `tail -f`."},
+			{Name: "checkpoint", Type: "path", Doc: "A file, relative to the HCL file, where flowrun stores the byte offset just past the last record whose settlement is final; a restart resumes there, so no settled record is handled again. Without it every run reads the file from the start."},
+		},
+		Summary: "a file of JSON-lines records, replayed or followed",
+		Doc:     fileDoc,
+		Example: fileExample,
+		New:     func() transports.Config { return &Config{} },
 	})
 	// Records (SPEC §3) go to standard output, or appended to a stream file with "path".
 	transports.RegisterEmit(transports.EmitKind{
 		Name:   "record",
 		Order:  40,
+		Doc:    "A JSON-lines record `{\"key\":…,\"headers\":{…},\"payload\":…}` on standard output, or appended to the stream file named by `path`.",
 		Path:   true,
 		GoesTo: "stdout or a file",
 		Sink: func(t engine.Target, env *transports.Env) (engine.Sink, error) {

@@ -5,19 +5,26 @@ package pipe
 import (
 	"context"
 
-	"github.com/hashicorp/hcl/v2"
-
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/schema"
 	"github.com/flowrun/flowrun/transports"
 )
 
 func init() {
 	transports.Register(transports.Kind{
-		Name:          "pipe",
-		Order:         70,
-		Schema:        hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "key"}}},
-		PipelineAttrs: []transports.PipelineAttr{{Name: "out_retry", AppliesTo: "a pipe source"}},
-		New:           func() transports.Config { return &Config{} },
+		Name:  "pipe",
+		Order: 70,
+		Attrs: []schema.Attr{
+			{Name: "key", Type: "string", Default: "every key", Doc: "Read only the records with this key; others are skipped."},
+		},
+		PipelineAttrs: []transports.PipelineAttr{{AppliesTo: "a pipe source", Attr: schema.Attr{
+			Name: "out_retry", Type: "string", Required: true,
+			Doc: "The key under which retry copies leave on standard output, for whatever reads flowrun's output to feed back; required for a pipeline with a pipe source.",
+		}}},
+		Summary: "JSON-lines records on standard input, a Unix filter",
+		Doc:     pipeDoc,
+		Example: pipeExample,
+		New:     func() transports.Config { return &Config{} },
 	})
 }
 

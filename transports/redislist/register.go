@@ -11,6 +11,7 @@ import (
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/keyslot"
+	"github.com/flowrun/flowrun/schema"
 	"github.com/flowrun/flowrun/transports"
 )
 
@@ -19,16 +20,24 @@ func init() {
 		Name:  "list",
 		Order: 40,
 		Redis: true,
-		Schema: hcl.BodySchema{Attributes: []hcl.AttributeSchema{
-			{Name: "key", Required: true}, {Name: "reliable"}, {Name: "consumer"}, {Name: "processing"},
-			{Name: "batch"}, {Name: "block"},
-		}},
-		New: func() transports.Config { return &Config{} },
+		Attrs: []schema.Attr{
+			{Name: "key", Type: "string", Required: true, Doc: "The list to read."},
+			{Name: "reliable", Type: "bool", Default: schema.Value(true), Doc: "`true`: each element is moved to a processing list as it is read (`BLMOVE`) and removed from it once settled, so a crash loses nothing; `false`: `BRPOP`, at most once."},
+			{Name: "consumer", Type: "string", Default: "the host name", Doc: "This process's name; it names the default processing list. `flowrun run --consumer` overrides it."},
+			{Name: "processing", Type: "string", Default: "`\"<key>:processing:<consumer>\"`", Doc: "A reliable list's processing list; only valid with `reliable = true`. Give each process its own. In a Redis Cluster it must hash to `key`'s slot (use a `{hash tag}`)."},
+			{Name: "batch", Type: "number", Default: schema.Value(DefaultBatch), Doc: "Elements taken per read at most."},
+			{Name: "block", Type: "duration", Default: schema.Value(DefaultBlock), Doc: "How long a read blocks waiting for an element."},
+		},
+		Summary: "a Redis list, reliable (`BLMOVE` to a processing list) or simple (`BRPOP`)",
+		Doc:     listDoc,
+		Example: listExample,
+		New:     func() transports.Config { return &Config{} },
 	})
 	transports.RegisterEmit(transports.EmitKind{
 		Name:  "list",
 		Order: 20,
 		Redis: true,
+		Doc:   "`LPUSH key`: an envelope `{\"payload\":…,\"headers\":{…}}` when the message has headers, else the bare payload.",
 		Sink:  transports.RedisSink(NewSink),
 	})
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/schema"
 	"github.com/flowrun/flowrun/transports"
 	// Dead letters of a Pub/Sub source are stream entries (SPEC §5): flowrun dlq reads and
 	// deletes them with the stream transport's tools.
@@ -23,17 +24,27 @@ import (
 
 func init() {
 	transports.Register(transports.Kind{
-		Name:          "pubsub",
-		Order:         50,
-		Redis:         true,
-		Schema:        hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "channels"}, {Name: "patterns"}}},
-		PipelineAttrs: []transports.PipelineAttr{{Name: "retry_to", AppliesTo: `a pubsub source with "patterns"`}},
-		New:           func() transports.Config { return &Config{} },
+		Name:  "pubsub",
+		Order: 50,
+		Redis: true,
+		Attrs: []schema.Attr{
+			{Name: "channels", Type: "list of strings", Doc: "The channels to `SUBSCRIBE` to. A pubsub source takes `channels` or `patterns`, exactly one of them."},
+			{Name: "patterns", Type: "list of strings", Doc: "The glob-style patterns to `PSUBSCRIBE` to (`\"orders.*\"`), instead of `channels`."},
+		},
+		PipelineAttrs: []transports.PipelineAttr{{AppliesTo: `a pubsub source with "patterns"`, Attr: schema.Attr{
+			Name: "retry_to", Type: "string",
+			Doc: "The channel retry copies are published to, for a source with `patterns` (a copy cannot go back to a pattern); required there when the pipeline can retry. A source with `channels` publishes copies back to the channel they came from.",
+		}}},
+		Summary: "Redis Pub/Sub channels or patterns (at most once)",
+		Doc:     pubsubDoc,
+		Example: pubsubExample,
+		New:     func() transports.Config { return &Config{} },
 	})
 	transports.RegisterEmit(transports.EmitKind{
 		Name:  "pubsub",
 		Order: 30,
 		Redis: true,
+		Doc:   "`PUBLISH key`: an envelope `{\"payload\":…,\"headers\":{…}}` when the message has headers, else the bare payload.",
 		Sink:  transports.RedisSink(NewSink),
 	})
 }

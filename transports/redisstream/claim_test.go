@@ -1,11 +1,13 @@
 package redisstream
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/engine"
 )
@@ -199,5 +201,69 @@ func TestDeletedPendingEntriesAcked(t *testing.T) {
 			e.waitFor("deleted ids to leave the PEL", 5*time.Second, func() bool { return e.pending("s", "g") == 1 })
 			a.None(t, 2*testMinIdle)
 		})
+	}
+}
+
+// A claiming takeover sends one round trip per pass: the XCLAIM of this pass's candidates and
+// the XPENDING that lists the next pass's. A candidate someone else took in between is refused
+// by XCLAIM's MIN-IDLE, and delivery counts stay exact; candidates older than min_idle are
+// listed again before they are used.
+func TestClaimingPassesOneRoundTrip(t *testing.T) {
+	e := newEnv(t)
+	e.rdb.XGroupCreateMkStream(e.ctx, "s", "g", "0")
+	ids := e.xaddN("s", 6)
+	e.rdb.XReadGroup(e.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "ghost", Streams: []string{"s", ">"}})
+	e.waitFor("entries to become idle", 5*time.Second, func() bool {
+		p, _ := e.rdb.XPendingExt(e.ctx, &redis.XPendingExtArgs{Stream: "s", Group: "g", Idle: testMinIdle, Start: "-", End: "+", Count: 10}).Result()
+		return len(p) == 6
+	})
+	c, rec := e.client()
+	o := claimOpts(KindClaiming, "a")
+	o.Batch = 2
+	src, err := New(c, o, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	r := &reader{s: src}
+	r.reset()
+	pass := func(want ...string) {
+		t.Helper()
+		ds, err := r.claimIdle(e.ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, d := range ds {
+			got = append(got, d.ID)
+			expectCounts(t, d, 2, 1, testMinIdle.Milliseconds(), testMinIdle.Milliseconds()+5000)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("claimed %v, want %v", got, want)
+		}
+	}
+	pass(ids[0], ids[1])
+	if n := count(rec.names(), "xpending"); n != 2 {
+		t.Fatalf("first pass sent %v; want XPENDING, then XCLAIM with the next XPENDING", rec.names())
+	}
+	// Another consumer takes ids[2], the first candidate the last round trip listed.
+	e.rdb.XClaim(e.ctx, &redis.XClaimArgs{Stream: "s", Group: "g", Consumer: "other", Messages: []string{ids[2]}})
+	rec.reset()
+	pass(ids[3])
+	if got := rec.names(); !slices.Equal(got, []string{"xclaim", "xpending"}) {
+		t.Fatalf("second pass sent %v; want one round trip: xclaim, xpending", got)
+	}
+	if p, _ := e.pendingOf("s", "g", ids[2]); p.Consumer != "other" || p.RetryCount != 2 {
+		t.Fatalf("taken entry %+v; want owner other, count 2", p)
+	}
+	// Candidates as old as min_idle are listed again first.
+	r.candsAt = time.Now().Add(-testMinIdle)
+	rec.reset()
+	pass(ids[4], ids[5])
+	if got := rec.names(); !slices.Equal(got, []string{"xpending", "xclaim", "xpending"}) {
+		t.Fatalf("pass with stale candidates sent %v", got)
+	}
+	if !r.noneIdle {
+		t.Fatal("the last pass's XPENDING found nothing idle, but the reader does not know")
 	}
 }

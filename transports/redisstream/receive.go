@@ -118,11 +118,18 @@ type reader struct {
 	// nextClaim: a claim pass that found nothing idle is not repeated before then, so a fresh
 	// backlog costs one round trip per read, as for the stream kind.
 	nextClaim time.Time
+
+	// claiming: the idle entries the last XCLAIM's round trip listed for the next pass, when
+	// that XPENDING was sent, and whether it found none.
+	cands    []redis.XPendingExt
+	candsAt  time.Time
+	noneIdle bool
 }
 
 // reset is the state at start and after any failure: the group may be gone (a restarted Redis
 // without persistence), and a stream source re-reads its own pending entries (SPEC §10).
 func (r *reader) reset() {
+	r.cands, r.noneIdle = nil, false
 	r.needGroup = true
 	r.pending = r.s.o.Kind == KindStream
 	r.cursor = "0"
@@ -170,14 +177,15 @@ func (r *reader) step(ctx context.Context) error {
 	if s.o.Kind != KindStream && (len(r.carry) > 0 || !time.Now().Before(r.nextClaim)) {
 		switch s.o.Kind {
 		case KindClaiming:
-			claimed, err = s.claimIdle(ctx, room)
+			claimed, err = r.claimIdle(ctx, room)
 		case KindReclaim:
 			claimed, err = r.autoClaim(ctx, room)
 		}
-		if err == nil && len(claimed) == 0 && len(r.carry) == 0 && r.autoclaim == "0-0" {
+		if err == nil && (r.noneIdle || len(claimed) == 0 && len(r.carry) == 0 && r.autoclaim == "0-0") {
 			// Nothing was idle: an entry read since needs min_idle to become so, and one that
 			// was nearly there waits at most claimPause longer.
 			r.nextClaim = time.Now().Add(claimPause(s.o.MinIdle))
+			r.noneIdle, r.cands = false, nil
 		}
 	}
 	if err != nil {
@@ -324,33 +332,55 @@ func (s *Source) xreadgroup(ctx context.Context, c redis.Cmdable, id string, cou
 
 // claimIdle is the claiming kind's pass over idle entries of any consumer (SPEC §2): XPENDING
 // IDLE min_idle, then XCLAIM with min_idle, so when two workers race only one wins each id.
-func (s *Source) claimIdle(ctx context.Context, count int) ([]*engine.Delivery, error) {
-	pend, err := s.c.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream: s.o.Stream, Group: s.o.Group, Idle: s.o.MinIdle,
-		Start: "-", End: "+", Count: int64(count),
-	}).Result()
-	if err != nil {
-		return nil, fmt.Errorf("redisstream: xpending %s: %w", s.o.Stream, err)
+//
+// The XPENDING that finds the next pass's candidates rides behind this pass's XCLAIM, in one
+// round trip (what was just claimed is no longer idle, so it is not among them): a takeover of
+// a long backlog costs one round trip per batch, not two. Candidates are used only while they
+// are younger than min_idle: an entry claimed or read by anyone after its XPENDING has been idle
+// for less than that, so XCLAIM's own MIN-IDLE check refuses it, and the delivery count the
+// XPENDING reported is still the entry's when XCLAIM succeeds.
+func (r *reader) claimIdle(ctx context.Context, count int) ([]*engine.Delivery, error) {
+	s := r.s
+	if len(r.cands) == 0 || time.Since(r.candsAt) >= s.o.MinIdle {
+		pend, err := s.c.XPendingExt(ctx, r.idleArgs(count)).Result()
+		if err != nil {
+			r.cands = nil
+			return nil, fmt.Errorf("redisstream: xpending %s: %w", s.o.Stream, err)
+		}
+		r.cands, r.candsAt = pend, time.Now()
 	}
 	type info struct{ count, idle int64 }
-	infos := make(map[string]info, len(pend))
-	ids := make([]string, 0, len(pend))
-	for _, p := range pend {
+	infos := make(map[string]info, min(len(r.cands), count))
+	ids := make([]string, 0, min(len(r.cands), count))
+	for _, p := range r.cands {
+		if len(ids) == count {
+			break
+		}
 		if s.track.has(p.ID) {
 			continue
 		}
 		infos[p.ID] = info{p.RetryCount, p.Idle.Milliseconds()}
 		ids = append(ids, p.ID)
 	}
+	r.cands = nil
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	msgs, err := s.c.XClaim(ctx, &redis.XClaimArgs{
+	pipe := s.c.Pipeline()
+	cc := pipe.XClaim(ctx, &redis.XClaimArgs{
 		Stream: s.o.Stream, Group: s.o.Group, Consumer: s.o.Consumer,
 		MinIdle: s.o.MinIdle, Messages: ids,
-	}).Result()
+	})
+	next := pipe.XPendingExt(ctx, r.idleArgs(s.o.Batch))
+	asked := time.Now()
+	_, _ = pipe.Exec(ctx)
+	msgs, err := cc.Result()
 	if err != nil {
 		return nil, fmt.Errorf("redisstream: xclaim %s: %w", s.o.Stream, err)
+	}
+	if pend, perr := next.Result(); perr == nil {
+		r.cands, r.candsAt = pend, asked
+		r.noneIdle = len(pend) == 0
 	}
 	// The claimed entries are ours now and their delivery counts were raised: from here on
 	// they are tracked and handed over, whatever else fails. Redis 7 drops deleted entries
@@ -375,6 +405,15 @@ func (s *Source) claimIdle(ctx context.Context, count int) ([]*engine.Delivery, 
 	}
 	s.trackDeliveries(ds)
 	return ds, s.ackDeleted(ctx, deleted)
+}
+
+// idleArgs is the XPENDING that lists up to count entries idle for min_idle, of any consumer.
+func (r *reader) idleArgs(count int) *redis.XPendingExtArgs {
+	s := r.s
+	return &redis.XPendingExtArgs{
+		Stream: s.o.Stream, Group: s.o.Group, Idle: s.o.MinIdle,
+		Start: "-", End: "+", Count: int64(count),
+	}
 }
 
 // autoClaim is the reclaim kind's pass (SPEC §2): XAUTOCLAIM min_idle from the kept cursor,

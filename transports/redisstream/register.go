@@ -14,27 +14,44 @@ import (
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/hclutil"
 	"github.com/flowrun/flowrun/internal/keyslot"
+	"github.com/flowrun/flowrun/schema"
 	"github.com/flowrun/flowrun/transports"
 )
 
 func init() {
 	delay := []transports.PipelineAttr{
-		{Name: "delayed_retry", AppliesTo: "stream sources (stream, claiming and reclaim)"},
-		{Name: "delay_key", AppliesTo: "stream sources (stream, claiming and reclaim)"},
+		{AppliesTo: "stream sources (stream, claiming and reclaim)", Attr: schema.Attr{
+			Name: "delayed_retry", Type: "string", Default: schema.Value(DelayRuntime),
+			Doc: "Where `retry_after(d)` copies wait: `\"runtime\"` holds the copy in the process and writes it to the stream when due (a crash before then loses it; a clean stop writes every held copy at once); `\"durable_zset\"` adds it to the sorted set `delay_key`, scored by its due time, and every read first moves due copies back onto the stream with one Lua script.",
+		}},
+		{AppliesTo: "stream sources (stream, claiming and reclaim)", Attr: schema.Attr{
+			Name: "delay_key", Type: "string", Default: "`\"<stream>" + DelayKeySuffix + "\"`",
+			Doc: "The sorted set of `delayed_retry = \"durable_zset\"`; only valid with it. In a Redis Cluster it must hash to the stream's slot (use a `{hash tag}`).",
+		}},
 	}
 	for i, kind := range []string{KindStream, KindClaiming, KindReclaim} {
-		schema := hcl.BodySchema{Attributes: []hcl.AttributeSchema{
-			{Name: "stream", Required: true}, {Name: "group"}, {Name: "consumer"}, {Name: "start"},
-			{Name: "batch"}, {Name: "block"}, {Name: "trim"}, {Name: "consumer_ttl"},
-		}}
+		attrs := []schema.Attr{
+			{Name: "stream", Type: "string", Required: true, Doc: "The stream to read."},
+			{Name: "group", Type: "string", Default: "the pipeline's name", Doc: "The consumer group; created at start (`XGROUP CREATE … MKSTREAM`) when missing."},
+			{Name: "consumer", Type: "string", Default: "the host name", Doc: "This process's consumer name in the group; `flowrun run --consumer` overrides it."},
+			{Name: "start", Type: "string", Default: schema.Value(DefaultStart), Doc: "Where a group that does not exist yet starts: `\"0\"`, the whole backlog, or `\"$\"`, only entries added from now on."},
+			{Name: "batch", Type: "number", Default: schema.Value(DefaultBatch), Doc: "Entries asked for per read (`COUNT`); reads never run more than one batch ahead of free handler slots."},
+			{Name: "block", Type: "duration", Default: schema.Value(DefaultBlock), Doc: "How long a read blocks waiting for new entries (`BLOCK`)."},
+			{Name: "trim", Type: "string", Doc: "`\"acked\"`: every 10 s, trim (`XTRIM MINID`) the entries every consumer group of the stream has read and acknowledged. Off when not set."},
+			{Name: "consumer_ttl", Type: "duration", Doc: "Delete consumers of the group that have been idle this long and own no pending entries (e.g. `\"24h\"`). Off when not set."},
+		}
 		if kind != KindStream {
-			schema.Attributes = append(schema.Attributes, hcl.AttributeSchema{Name: "min_idle", Required: true})
+			attrs = append(attrs, schema.Attr{Name: "min_idle", Type: "duration", Required: true,
+				Doc: "How long an entry must sit pending before this consumer takes it over from another (or from a crashed one)."})
 		}
 		transports.Register(transports.Kind{
 			Name:          kind,
 			Order:         10 * (i + 1),
 			Redis:         true,
-			Schema:        schema,
+			Attrs:         attrs,
+			Summary:       kindSummary[kind],
+			Doc:           kindDoc[kind],
+			Example:       kindExample[kind],
 			PipelineAttrs: delay,
 			New:           func() transports.Config { return &Config{Options: Options{Kind: kind}} },
 		})
@@ -43,6 +60,7 @@ func init() {
 		Name:  "stream",
 		Order: 10,
 		Redis: true,
+		Doc:   "`XADD key * payload … header …`: the payload in the field `payload`, each header a field of its own.",
 		Sink:  transports.RedisSink(NewSink),
 	})
 }
