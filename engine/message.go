@@ -64,7 +64,8 @@ type Delivery struct {
 	Token any
 	// Decoded caches what an expression made of the payload (package rules: its JSON value),
 	// so that a flow-control key and the rules decode it once between them. Set by whoever
-	// decodes first; the payload must not change afterwards.
+	// decodes first; the payload must not change afterwards. The engine drops it once the
+	// handler has returned.
 	Decoded any
 }
 

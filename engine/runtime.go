@@ -458,6 +458,7 @@ func (r *runner) decide(ctx context.Context, d *Delivery, span Span) Decision {
 		end(res.Err)
 	}
 	end := time.Now()
+	d.Decoded = nil // not needed after the handler: freed before the settlement, not after
 	r.metrics.HandlerDuration(end.Sub(start))
 	r.metrics.Inflight(-1)
 	r.tally.inflight.Add(-1)

@@ -218,11 +218,18 @@ func (s *state) prepare(p *program) any {
 		s.boxed = nil
 	}
 	if p.usesPayload && !s.havePayload {
-		if c, ok := s.d.Decoded.(decodedPayload); ok {
-			s.env.Payload = c.v
-		} else {
+		switch v := s.d.Decoded.(type) {
+		case nil:
 			s.env.Payload = decodePayload(s.d.Payload, &s.env, s.haveRaw)
-			s.d.Decoded = decodedPayload{s.env.Payload}
+			// Kept as the interface it already is: no allocation (a JSON null as a marker).
+			s.d.Decoded = s.env.Payload
+			if s.env.Payload == nil {
+				s.d.Decoded = nullPayload{}
+			}
+		case nullPayload:
+			s.env.Payload = nil
+		default:
+			s.env.Payload = v
 		}
 		s.havePayload = true
 		s.boxed = nil
@@ -236,8 +243,8 @@ func (s *state) prepare(p *program) any {
 	return s.boxed
 }
 
-// decodedPayload is a delivery's decoded payload, kept in Delivery.Decoded.
-type decodedPayload struct{ v any }
+// nullPayload marks, in Delivery.Decoded, a payload that decoded to JSON null.
+type nullPayload struct{}
 
 // decodePayload returns the JSON value of b, or b as a string when it is not valid JSON.
 func decodePayload(b []byte, e *env, haveRaw bool) any {
