@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/flowrun/flowrun/transports"
-	"github.com/flowrun/flowrun/transports/redisstream"
+	"github.com/flowrun/flowrun/transports/streamdlq"
 )
 
 var _ transports.DeadLetterPager = (*Config)(nil)
@@ -15,5 +15,5 @@ func (c *Config) PageDeadLetters(ctx context.Context, env *transports.Env, newes
 	if err != nil {
 		return nil, 0, err
 	}
-	return redisstream.PageDeadLetters(ctx, client, c.DeadLetter, newest, offset, limit)
+	return streamdlq.PageDeadLetters(ctx, client, c.DeadLetter, newest, offset, limit)
 }

@@ -18,8 +18,8 @@ import (
 	"github.com/flowrun/flowrun/schema"
 	"github.com/flowrun/flowrun/transports"
 	// Dead letters of a Pub/Sub source are stream entries (SPEC §5): flowrun dlq reads and
-	// deletes them with the stream transport's tools.
-	"github.com/flowrun/flowrun/transports/redisstream"
+	// deletes them with the same tools as the stream sources'.
+	"github.com/flowrun/flowrun/transports/streamdlq"
 )
 
 func init() {
@@ -168,7 +168,7 @@ func (c *Config) ListDeadLetters(ctx context.Context, env *transports.Env, q tra
 	if err != nil {
 		return nil, 0, err
 	}
-	return redisstream.ListDeadLetters(ctx, client, c.DeadLetter, q)
+	return streamdlq.ListDeadLetters(ctx, client, c.DeadLetter, q)
 }
 
 // PurgeDeadLetters deletes dead letters from the dead-letter stream.
@@ -177,7 +177,7 @@ func (c *Config) PurgeDeadLetters(ctx context.Context, env *transports.Env, q tr
 	if err != nil {
 		return 0, err
 	}
-	return redisstream.Purge(ctx, client, c.DeadLetter, q.Limit, q.Match)
+	return streamdlq.Purge(ctx, client, c.DeadLetter, q.Limit, q.Match)
 }
 
 // RedriveDeadLetters publishes dead letters back to their channels: x-original-key, or retry_to
@@ -196,7 +196,7 @@ func (c *Config) RedriveDeadLetters(ctx context.Context, env *transports.Env, q 
 	}
 	_, cluster := client.(*redis.ClusterClient)
 	used := map[string]bool{}
-	moved, err := redisstream.RedriveWith(ctx, client, c.DeadLetter, q.Limit, q.Match, func(ctx context.Context, batch []redisstream.DeadLetter) (int, error) {
+	moved, err := streamdlq.RedriveWith(ctx, client, c.DeadLetter, q.Limit, q.Match, func(ctx context.Context, batch []streamdlq.DeadLetter) (int, error) {
 		for i, dl := range batch {
 			ch := c.RetryTo
 			if len(c.Patterns) == 0 {
@@ -208,7 +208,7 @@ func (c *Config) RedriveDeadLetters(ctx context.Context, env *transports.Env, q 
 			if ch == "" {
 				return i, fmt.Errorf("dead letter %s has no %s header, and the pipeline reads %d channels: cannot tell where it goes", dl.Message.ID, engine.HeaderOriginalKey, len(c.Channels))
 			}
-			n, err := client.Publish(ctx, ch, codec.EncodeEnvelope(redisstream.RedriveCopy(dl.Message))).Result()
+			n, err := client.Publish(ctx, ch, codec.EncodeEnvelope(streamdlq.RedriveCopy(dl.Message))).Result()
 			if err != nil {
 				return i, fmt.Errorf("publish %s: %w", ch, err)
 			}

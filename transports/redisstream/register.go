@@ -9,13 +9,13 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/hcl/v2"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/hclutil"
 	"github.com/flowrun/flowrun/internal/keyslot"
 	"github.com/flowrun/flowrun/schema"
 	"github.com/flowrun/flowrun/transports"
+	"github.com/flowrun/flowrun/transports/streamdlq"
 )
 
 func init() {
@@ -255,61 +255,30 @@ func (c *Config) Inspect(ctx context.Context, env *transports.Env) (transports.S
 // CheckRedrive: a stream's dead letters can always go back to it.
 func (c *Config) CheckRedrive() error { return nil }
 
-// ListDeadLetters reads the dead-letter stream.
+// ListDeadLetters reads the dead-letter stream (streamdlq.ListDeadLetters).
 func (c *Config) ListDeadLetters(ctx context.Context, env *transports.Env, q transports.DeadLetterQuery) ([]transports.DeadLetter, int64, error) {
 	client, err := env.Client()
 	if err != nil {
 		return nil, 0, err
 	}
-	return ListDeadLetters(ctx, client, c.DeadLetter, q)
+	return streamdlq.ListDeadLetters(ctx, client, c.DeadLetter, q)
 }
 
-// RedriveDeadLetters moves dead letters back onto the stream (Redrive).
+// RedriveDeadLetters moves dead letters back onto the stream (streamdlq.Redrive).
 func (c *Config) RedriveDeadLetters(ctx context.Context, env *transports.Env, q transports.DeadLetterQuery) (int, string, error) {
 	client, err := env.Client()
 	if err != nil {
 		return 0, c.Stream, err
 	}
-	moved, err := Redrive(ctx, client, c.DeadLetter, c.Stream, q.Limit, q.Match)
+	moved, err := streamdlq.Redrive(ctx, client, c.DeadLetter, c.Stream, q.Limit, q.Match)
 	return moved, c.Stream, err
 }
 
-// PurgeDeadLetters deletes dead letters from the dead-letter stream (Purge).
+// PurgeDeadLetters deletes dead letters from the dead-letter stream (streamdlq.Purge).
 func (c *Config) PurgeDeadLetters(ctx context.Context, env *transports.Env, q transports.DeadLetterQuery) (int, error) {
 	client, err := env.Client()
 	if err != nil {
 		return 0, err
 	}
-	return Purge(ctx, client, c.DeadLetter, q.Limit, q.Match)
-}
-
-// ListDeadLetters reads up to q.Limit entries (0: all) of the dead-letter stream key that q
-// selects, oldest first, and how many it selects (the stream's length without q.Match):
-// `flowrun dlq list` of every source whose dead letters are a stream.
-func ListDeadLetters(ctx context.Context, c redis.UniversalClient, key string, q transports.DeadLetterQuery) ([]transports.DeadLetter, int64, error) {
-	var (
-		dls   []DeadLetter
-		total int64
-		err   error
-	)
-	if q.Match != nil {
-		dls, total, err = Scan(ctx, c, key, q.Limit, q.Match)
-	} else {
-		dls, err = ReadDeadLetters(ctx, c, key, q.Limit)
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	out := make([]transports.DeadLetter, len(dls))
-	for i, dl := range dls {
-		out[i] = transports.DeadLetter{ID: dl.Message.ID, Message: dl.Message}
-	}
-	if q.Match != nil {
-		return out, total, nil
-	}
-	total, err = c.XLen(ctx, key).Result()
-	if err != nil {
-		return out, 0, fmt.Errorf("xlen %s: %w", key, err)
-	}
-	return out, total, nil
+	return streamdlq.Purge(ctx, client, c.DeadLetter, q.Limit, q.Match)
 }

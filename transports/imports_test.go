@@ -1,0 +1,71 @@
+package transports
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// shared are the packages under transports/ that are not transports: helpers every transport
+// may import (the Redis client layer, the stream dead-letter tools, the conformance suite), and
+// builtin, which imports every transport by design.
+var shared = map[string]bool{"redisconn": true, "streamdlq": true, "transporttest": true, "builtin": true}
+
+// TestTransportsImportNoTransport: no transport package imports another (README "Architecture":
+// a new transport touches one package), and no shared helper imports a transport, which would
+// be the same coupling one step removed. Every other directory under transports/ counts as a
+// transport, so a new one is checked without editing this test. Test files are not checked.
+func TestTransportsImportNoTransport(t *testing.T) {
+	const prefix = "github.com/flowrun/flowrun/transports/"
+	dirs, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	transport := map[string]bool{}
+	for _, d := range dirs {
+		if d.IsDir() && !shared[d.Name()] && d.Name() != "testdata" {
+			transport[d.Name()] = true
+		}
+	}
+	for _, want := range []string{"file", "pipe", "redisstream", "redislist", "redispubsub", "redisflow"} {
+		if !transport[want] {
+			t.Errorf("no transport package %q: the test reads the wrong directory", want)
+		}
+	}
+	fset := token.NewFileSet()
+	for _, d := range dirs {
+		if !d.IsDir() || d.Name() == "builtin" || d.Name() == "testdata" {
+			continue
+		}
+		files, err := filepath.Glob(filepath.Join(d.Name(), "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range files {
+			if strings.HasSuffix(name, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(fset, name, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range f.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				other, ok := strings.CutPrefix(path, prefix)
+				if !ok || !transport[strings.Split(other, "/")[0]] {
+					continue
+				}
+				what := "transport package " + d.Name()
+				if shared[d.Name()] {
+					what = "shared package " + d.Name()
+				}
+				t.Errorf("%s: %s imports transport package %s; move what both need into a shared package (redisconn, streamdlq)",
+					fset.Position(imp.Pos()), what, other)
+			}
+		}
+	}
+}
