@@ -23,6 +23,9 @@ const (
 	// flowMaxHandoff bounds how often a lease passes to the next delivery of its key in this
 	// process before it is released and taken again.
 	flowMaxHandoff = 32
+	// flowMaxLinger bounds how long a throttled stage waits for more free handlers before a
+	// round (see flowStage.linger).
+	flowMaxLinger = 2 * time.Millisecond
 )
 
 // flowStage sits between the queue and the handler slots (SPEC §13). It takes deliveries from
@@ -62,6 +65,10 @@ type flowStage struct {
 	failing     bool
 	poll        time.Duration
 	renewAt     time.Time
+	// A throttled stage sends no admission round before admitAt unless every handler is free
+	// (see linger); rtt is the last round's duration.
+	admitAt time.Time
+	rtt     time.Duration
 }
 
 type flowWait struct {
@@ -235,7 +242,10 @@ func (fs *flowStage) run(stop, grace context.Context) {
 		}
 		admitting := admittedOpen && !(fs.stopped && fs.returner != nil)
 		wait := time.Hour
-		if len(fs.releases) > 0 || (admitting && len(fs.parked) > 0 && fs.slots > 0) || !fs.renewAt.IsZero() && !time.Now().Before(fs.renewAt) {
+		renewDue := !fs.renewAt.IsZero() && !time.Now().Before(fs.renewAt)
+		if l := fs.linger(admitting, renewDue); l > 0 {
+			wait = l
+		} else if len(fs.releases) > 0 || (admitting && len(fs.parked) > 0 && fs.slots > 0) || renewDue {
 			ok := fs.round(grace, admitting)
 			switch {
 			case !ok:
@@ -257,6 +267,21 @@ func (fs *flowStage) run(stop, grace context.Context) {
 		}
 		timer.Reset(wait) // Go 1.23 timers: Reset drops a stale tick
 	}
+}
+
+// linger is how long a throttled stage waits before its next round, for more handlers to
+// finish: a throttle admits only as many deliveries as there are free handlers, and without it
+// the first handler to finish would send a round for itself alone, the others each a little
+// later, so rounds stay small however fast the handlers are. It waits while some handlers still
+// run, more deliveries wait than there are free handlers, and it is less than the last round's
+// duration (at most flowMaxLinger) since the last round that admitted any: fast handlers all
+// finish within that, and slow ones lose at most that.
+func (fs *flowStage) linger(admitting, renewDue bool) time.Duration {
+	if fs.f.Throttle == nil || !admitting || renewDue || fs.slots >= fs.r.p.Concurrency ||
+		fs.slots >= len(fs.parked) || len(fs.releases) >= flowMaxRound {
+		return 0
+	}
+	return time.Until(fs.admitAt)
 }
 
 // prepare computes a taken delivery's keys (the pump, in read order); nil when it needs no
@@ -482,6 +507,7 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 		return true
 	}
 	if err := fs.f.Store.Round(ctx, r); err != nil {
+		fs.admitAt = time.Time{}
 		fs.r.metrics.SourceError()
 		if !fs.failing {
 			fs.failing = true
@@ -489,6 +515,7 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 		}
 		return false
 	}
+	fs.rtt = time.Since(now)
 	if fs.failing {
 		fs.failing = false
 		fs.r.log.Info().Msg("flow control: store recovered")
@@ -554,6 +581,9 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 	fs.parked = keep
 	if progressed {
 		fs.poll = flowPollMin
+	}
+	if fs.slots < fs.r.p.Concurrency && len(r.Admits) > 0 {
+		fs.admitAt = time.Now().Add(min(fs.rtt, flowMaxLinger))
 	}
 	return true
 }

@@ -38,8 +38,8 @@ func Prefix(pipeline string) string { return "flowrun:{" + pipeline + "}:" }
 // constant, small amount of Redis work per message. The keys:
 //
 //	c:<value>  concurrency key: a sorted set of lease tokens scored by expiry (ms)
-//	t:<value>  throttle key (t without a key): a sorted set of start tokens scored by start
-//	           time, a sliding window of one period
+//	t:<value>  throttle key (t without a key): a list of start times (ms), oldest first, at
+//	           most limit of them: the sliding window of one period
 //	d:<value>  dedupe key: "run:<token>" while its handler runs (expiring with the lease),
 //	           "done" for the window after an ack or drop
 //
@@ -59,45 +59,63 @@ var admitScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
--- Per key, the round counts members itself after one ZCARD, and sets the expiry once at the
--- end: an admission costs one ZADD per key, not three commands.
+-- Per concurrency key, the round counts members itself after one ZCARD; every key's expiry is
+-- set once at the end of the round.
 local count, expire = {}, {}
--- A sorted set is full when it holds limit members scored above floor; older ones are purged
--- only when it looks full.
-local function full(k, limit, floor)
+local function full(k, limit)
   if not count[k] then count[k] = redis.call('ZCARD', k) end
   if count[k] < limit then return false end
-  redis.call('ZREMRANGEBYSCORE', k, '-inf', floor)
+  redis.call('ZREMRANGEBYSCORE', k, '-inf', now)
   count[k] = redis.call('ZCARD', k)
   return count[k] >= limit
 end
-local function first(k)
-  return tonumber(redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')[2])
-end
-local function add(k, score, tok, ttl)
-  count[k] = (count[k] or 0) + redis.call('ZADD', k, score, tok)
-  expire[k] = ttl
+-- A throttle key is a list of start times, oldest first, holding at most limit of them. The
+-- start is pushed first: the length RPUSH returns says whether the window can be full. When it
+-- can, the start limit places back must be older than the period, else the push is undone.
+-- Every 64th push drops the head's starts that have left the window, so a budget that never
+-- fills keeps about one window of starts rather than limit.
+local function throttle(k, limit, period)
+  local n = redis.call('RPUSH', k, now)
+  expire[k] = period
+  if n > limit then
+    if n > limit + 1 then redis.call('LTRIM', k, -(limit + 1), -1) end
+    local h = tonumber(redis.call('LINDEX', k, 0))
+    if h > now - period then
+      redis.call('RPOP', k)
+      return h + period - now
+    end
+    redis.call('LPOP', k)
+  elseif n % 64 == 0 then
+    local old = 0
+    for _, h in ipairs(redis.call('LRANGE', k, 0, 63)) do
+      if tonumber(h) > now - period then break end
+      old = old + 1
+    end
+    if old > 0 then redis.call('LTRIM', k, old, -1) end
+  end
+  return -1
 end
 local function admit(tok, d, c, cl, th, tl, tp)
-  -- A round sent again after a lost reply finds its own claim and lease: admitted already.
+  -- A round sent again after a lost reply finds its own claim and lease: admitted already
+  -- (its throttle start counts twice, which only makes the throttle stricter).
   if d then
     local cur = redis.call('SET', d, 'run:' .. tok, 'NX', 'GET', 'PX', lease)
     if cur == 'done' then return -2 end
     if cur and cur ~= 'run:' .. tok then return math.max(redis.call('PTTL', d), 0) end
   end
   local v = -1
-  if c and full(c, cl, now) and not redis.call('ZSCORE', c, tok) then
-    v = math.max(first(c) - now, 0)
+  if c and full(c, cl) and not redis.call('ZSCORE', c, tok) then
+    v = math.max(tonumber(redis.call('ZRANGE', c, 0, 0, 'WITHSCORES')[2]) - now, 0)
   end
-  if v == -1 and th and full(th, tl, now - tp) then
-    v = math.max(first(th) + tp - now, 0)
-  end
+  if v == -1 and th then v = throttle(th, tl, tp) end
   if v >= 0 then
     if d then redis.call('DEL', d) end
     return v
   end
-  if c then add(c, now + lease, tok, lease) end
-  if th then add(th, now, tok, tp) end
+  if c then
+    count[c] = count[c] + redis.call('ZADD', c, now + lease, tok)
+    expire[c] = lease
+  end
   return -1
 end
 local out = {}
@@ -158,7 +176,8 @@ func (s *Store) Round(ctx context.Context, r *engine.FlowRound) error {
 		// A pipeline cannot fall back from EVALSHA to EVAL per command: load the scripts
 		// (a restarted or failed-over server has none) and send the round again. Every
 		// command of a round may be sent twice: releases and renewals are idempotent, and an
-		// admission finds its own claim or lease and counts as made.
+		// admission finds its own claim or lease and counts as made. Its throttle start (a
+		// time, not a token) is then counted twice: stricter for one period, never looser.
 		for _, sc := range []*redis.Script{admitScript, renewScript, dropClaimScript} {
 			if err := loadScript(ctx, s.c, sc); err != nil {
 				return fmt.Errorf("redisflow: load script: %w", err)
