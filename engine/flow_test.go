@@ -343,3 +343,72 @@ func TestFlowStoreFailureIsRetried(t *testing.T) {
 		t.Fatalf("handled %d (want 2: keys a and b), settled %d (want 10: the rest are duplicates)", handled.Load(), len(settled))
 	}
 }
+
+// countingStore counts the admissions a store grants.
+type countingStore struct {
+	*MemFlowStore
+	admitted atomic.Int32
+}
+
+func (c *countingStore) Round(ctx context.Context, r *FlowRound) error {
+	err := c.MemFlowStore.Round(ctx, r)
+	for _, v := range r.Verdicts {
+		if v.Kind == FlowAdmitted {
+			c.admitted.Add(1)
+		}
+	}
+	return err
+}
+
+// A throttle admits for busy handlers too, each to start within the slack (period/32) of its
+// round; one still waiting for a handler then does not start late: it asks for its start again,
+// keeping its lease and claim, and the extra admissions stop while handlers are slow.
+func TestFlowThrottleLateStartAsksAgain(t *testing.T) {
+	ds := keyed(8, "a", "b", "c", "d", "e", "f", "g", "h")
+	src := &fakeSource{deliveries: ds, batch: 8}
+	store := &countingStore{MemFlowStore: NewMemFlowStore()}
+	var running, peak atomic.Int32
+	var mu sync.Mutex
+	handled := map[string]int{}
+	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
+		n := running.Add(1)
+		for {
+			if old := peak.Load(); n <= old || peak.CompareAndSwap(old, n) {
+				break
+			}
+		}
+		time.Sleep(40 * time.Millisecond) // longer than the 10ms slack
+		running.Add(-1)
+		mu.Lock()
+		handled[d.Headers["k"]]++
+		mu.Unlock()
+		return Result{Outcome: Ack()}
+	})
+	p.Concurrency = 2
+	p.Flow = &Flow{
+		Throttle:    &Throttle{Limit: 1000, Period: 320 * time.Millisecond},
+		Concurrency: &ConcurrencyKey{Key: headerKey("k"), Limit: 1},
+		Dedupe:      &Dedupe{Key: headerKey("k"), Window: time.Hour},
+		Store:       store,
+	}
+	if err := run(t, context.Background(), Options{}, p); err != nil {
+		t.Fatal(err)
+	}
+	settled, _, _ := src.snapshot()
+	if len(settled) != 8 || len(handled) != 8 {
+		t.Fatalf("settled %d, handled %v: want each of 8 once", len(settled), handled)
+	}
+	for k, n := range handled {
+		if n != 1 {
+			t.Fatalf("key %s handled %d times", k, n)
+		}
+	}
+	if peak.Load() > 2 {
+		t.Fatalf("%d handlers at once, concurrency 2", peak.Load())
+	}
+	// The first round admitted 8 for 2 handlers: 6 came too late and asked again, and the
+	// extra admissions stopped.
+	if n := store.admitted.Load(); n <= 8 || n > 14 {
+		t.Fatalf("%d admissions for 8 starts: want the late ones counted again, and not many", n)
+	}
+}

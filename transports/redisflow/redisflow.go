@@ -52,9 +52,11 @@ func Prefix(pipeline string) string { return "flowrun:{" + pipeline + "}:" }
 // without waiting for its other keys), then each limit; on a wait nothing is kept. One script
 // for the round rather than one per delivery: a script call costs Redis more than the few
 // commands each admission runs. KEYS: every key of those admissions, once each (one slot).
-// ARGV: lease ms, then per admission: token, dedupe, concurrency and throttle key indexes (0:
-// none), concurrency limit, throttle limit, throttle period ms. Returns per admission -1
-// admitted, -2 duplicate, or the ms after which trying again may succeed (0: unknown).
+// ARGV: lease ms, then two numbers per key, in KEYS order: a concurrency key's limit, a
+// throttle key's limit and period ms (0 where unused), then per admission its token and its
+// dedupe, concurrency and throttle key indexes (0: none); a key's numbers are sent, and parsed,
+// once a round rather than once per admission. Returns per admission -1 admitted, -2
+// duplicate, or the ms after which trying again may succeed (0: unknown).
 var admitScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -118,13 +120,15 @@ local function admit(tok, d, c, cl, th, tl, tp)
   end
   return -1
 end
+local lim, per = {}, {}
+for k = 1, #KEYS do
+  lim[k], per[k] = tonumber(ARGV[2 * k]), tonumber(ARGV[2 * k + 1])
+end
 local out = {}
-local i = 2
-while i <= #ARGV do
-  local d, c, th = tonumber(ARGV[i+1]), tonumber(ARGV[i+2]), tonumber(ARGV[i+4])
-  out[#out + 1] = admit(ARGV[i], d > 0 and KEYS[d] or nil, c > 0 and KEYS[c] or nil, tonumber(ARGV[i+3]),
-    th > 0 and KEYS[th] or nil, tonumber(ARGV[i+5]), tonumber(ARGV[i+6]))
-  i = i + 7
+for i = 2 * #KEYS + 2, #ARGV, 4 do
+  local d, c, th = tonumber(ARGV[i+1]), tonumber(ARGV[i+2]), tonumber(ARGV[i+3])
+  out[#out + 1] = admit(ARGV[i], d > 0 and KEYS[d] or nil, c > 0 and KEYS[c] or nil, lim[c],
+    th > 0 and KEYS[th] or nil, lim[th], per[th])
 end
 for k, ttl in pairs(expire) do redis.call('PEXPIRE', k, ttl) end
 return out
@@ -219,32 +223,34 @@ func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 	n := min(len(r.Admits), max(r.Max, 0))
 	claims := make([]*redis.StatusCmd, n) // dedupe alone: SET NX GET claims the key and says what held it
 	var keys []string
+	params := []any{lease} // two per key
 	index := map[string]int{}
-	ix := func(k string) int {
+	ix := func(k string, limit int, period time.Duration) int {
 		if k == "" {
 			return 0
 		}
 		i, ok := index[k]
 		if !ok {
 			keys = append(keys, s.prefix+k)
+			params = append(params, limit, ms(period))
 			i = len(keys)
 			index[k] = i
 		}
 		return i
 	}
 	scripted := make([]int, 0, n) // indexes of the admissions the script decides
-	args := []any{lease}
+	var args []any
 	for i, a := range r.Admits[:n] {
 		if a.Conc == "" && a.Throttle == "" {
 			claims[i] = p.SetArgs(ctx, s.prefix+a.Dedupe, "run:"+a.Token, redis.SetArgs{Mode: "NX", Get: true, TTL: r.Lease})
 			continue
 		}
 		scripted = append(scripted, i)
-		args = append(args, a.Token, ix(a.Dedupe), ix(a.Conc), a.ConcLimit, ix(a.Throttle), a.ThrottleLimit, ms(a.Period))
+		args = append(args, a.Token, ix(a.Dedupe, 0, 0), ix(a.Conc, a.ConcLimit, 0), ix(a.Throttle, a.ThrottleLimit, a.Period))
 	}
 	var script *redis.Cmd
 	if len(scripted) > 0 {
-		script = admitScript.EvalSha(ctx, p, keys, args...)
+		script = admitScript.EvalSha(ctx, p, keys, append(params, args...)...)
 	}
 	cmds, err := p.Exec(ctx)
 	for _, c := range cmds {
