@@ -412,3 +412,34 @@ func TestFlowThrottleLateStartAsksAgain(t *testing.T) {
 		t.Fatalf("%d admissions for 8 starts: want the late ones counted again, and not many", n)
 	}
 }
+
+// A period under 32ms has no slack: only free handlers are admitted (a stage waits up to a
+// round trip for its handlers before a round) and the window is exactly the period.
+func TestFlowThrottleShortPeriod(t *testing.T) {
+	src := &fakeSource{deliveries: keyed(10, "x"), batch: 10}
+	var mu sync.Mutex
+	var starts []time.Time
+	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		mu.Unlock()
+		return Result{Outcome: Ack()}
+	})
+	period := 20 * time.Millisecond
+	p.Flow = &Flow{Throttle: &Throttle{Limit: 2, Period: period}}
+	begin := time.Now()
+	if err := run(t, context.Background(), Options{}, p); err != nil {
+		t.Fatal(err)
+	}
+	if len(starts) != 10 {
+		t.Fatalf("%d starts, want 10", len(starts))
+	}
+	for i := 2; i < len(starts); i++ {
+		if gap := starts[i].Sub(starts[i-2]); gap < period-5*time.Millisecond {
+			t.Fatalf("starts %d and %d only %v apart: more than 2 per %v", i-2, i, gap, period)
+		}
+	}
+	if el := time.Since(begin); el < 4*period-5*time.Millisecond {
+		t.Fatalf("10 starts at 2 per %v took only %v", period, el)
+	}
+}
