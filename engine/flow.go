@@ -317,8 +317,9 @@ func (fs *flowStage) run(stop, grace context.Context) {
 	}
 }
 
-// linger is how long a throttled stage waits before its next round, for more handlers to
-// finish: a throttle admits only as many deliveries as there are free handlers, and without it
+// linger is how long a throttled stage without a slack (a period under 32ms, see
+// newFlowStage) waits before its next round, for more handlers to finish: such a throttle
+// admits only as many deliveries as there are free handlers, and without the wait
 // the first handler to finish would send a round for itself alone, the others each a little
 // later, so rounds stay small however fast the handlers are. It waits while some handlers still
 // run, more deliveries wait than there are free handlers, and it is less than the last round's
