@@ -405,6 +405,41 @@ func TestACLStream(t *testing.T) {
 	}
 }
 
+// TestACLFlowControl: a stream pipeline with concurrency_key, a throttle that binds and dedupe
+// (SPEC §13) runs as a user granted the source's lines and exactly the README's flow-control
+// line: leases, claims and throttle windows under flowrun:{jobs}:, the scripts loaded by the
+// user itself on a fresh server.
+func TestACLFlowControl(t *testing.T) {
+	e := newACLEnv(t)
+	e.grant(aclUser, []string{`source "stream"`, "dead_letter, stream sources", `emit "stream"`,
+		`concurrency_key, throttle, dedupe (pipeline "jobs")`})
+	source := "  source \"stream\" {\n    stream   = \"jobs\"\n    consumer = \"w1\"\n    block    = \"100ms\"\n  }"
+	blocks := `  concurrency_key {
+    key   = "payload.k"
+    limit = 1
+  }
+  throttle {
+    limit  = 3
+    period = "300ms"
+  }
+  dedupe {
+    key    = "payload.n"
+    window = "1h"
+  }
+`
+	cfg := e.config("flow", aclUser, source, blocks, aclRules("stream", "jobs.done"))
+	e.xaddAll()
+	p := start(t, "run", cfg)
+	eventually(t, aclDeadline, "every message emitted or dead-lettered, nothing pending", func() bool {
+		return e.xlen("jobs.done") == aclEmits && e.xlen("jobs.dlq") == aclDead && e.pending() == 0
+	})
+	aclStop(t, p)
+	e.checkClean(p.err.String())
+	// The scripts were loaded, leases taken, claims kept and released, and the throttle's
+	// window was full (LINDEX, RPOP) and moved on (LPOP).
+	e.checkCalled("script|load", "evalsha", "zadd", "zrem", "rpush", "lindex", "rpop", "lpop", "set")
+}
+
 // TestACLClaiming: the claiming source of SPEC §10's list, with a dead letter and an emit to a
 // stream. Retries and the delay stay pending and come back through XPENDING IDLE and XCLAIM.
 func TestACLClaiming(t *testing.T) {

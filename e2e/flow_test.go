@@ -440,3 +440,70 @@ func TestFlowOnAPipe(t *testing.T) {
 		t.Fatalf("took %v", el)
 	}
 }
+
+// Flow control on a file replay: the in-process store decides as Redis does (SPEC §13, within
+// the process): one handler per key value at once, at most 2 starts per 300ms, each id handled
+// once and its copies acknowledged as duplicates, and the replay ends by itself.
+func TestFlowOnAFile(t *testing.T) {
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "spans.log")
+	script := fmt.Sprintf(`echo "start $FLOWRUN_HEADER_K $(date +%%s%%N) $PPID" >> %s; sleep 0.05; echo "end $FLOWRUN_HEADER_K $(date +%%s%%N) $PPID" >> %s`, logPath, logPath)
+	var in strings.Builder
+	for i := range 12 {
+		id := i % 8 // ids 0-3 twice
+		fmt.Fprintf(&in, `{"key":"in","headers":{"k":"c%d"},"payload":{"id":%d}}`+"\n", id%3, id)
+	}
+	writeFile(t, dir, "in.jsonl", in.String())
+	cfg := writeFile(t, dir, "file.hcl", fmt.Sprintf(`pipeline "f" {
+  source "file" {
+    path = "in.jsonl"
+  }
+  concurrency  = 4
+  max_attempts = 3
+  concurrency_key {
+    key   = "headers['k']"
+    limit = 1
+  }
+  throttle {
+    limit  = 2
+    period = "300ms"
+  }
+  dedupe {
+    key    = "payload.id"
+    window = "1h"
+  }
+  handler "exec" {
+    command = ["/bin/sh", "-c", %q]
+  }
+}
+`, script))
+	begin := time.Now()
+	r := flowrun(t, "", "run", "--log-level", "debug", cfg)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if n := strings.Count(r.stderr, `"outcome":"duplicate"`); n != 4 {
+		t.Fatalf("%d duplicates logged, want 4:\n%s", n, r.stderr)
+	}
+	ss := spans(t, logPath)
+	if len(ss) != 8 {
+		t.Fatalf("%d handler runs, want 8 (one per id)", len(ss))
+	}
+	sort.Slice(ss, func(i, j int) bool { return ss[i].start < ss[j].start })
+	last := map[string]span{}
+	for i, s := range ss {
+		if p, ok := last[s.key]; ok && s.start < p.end {
+			t.Fatalf("key %s: two handlers overlapped: %+v and %+v", s.key, p, s)
+		}
+		last[s.key] = s
+		// At most 2 starts in any 300ms (the shell notes its start a little after admission).
+		if i >= 2 {
+			if gap := time.Duration(s.start - ss[i-2].start); gap < 270*time.Millisecond {
+				t.Fatalf("starts %d and %d only %v apart: more than 2 per 300ms", i-2, i, gap)
+			}
+		}
+	}
+	if el := time.Since(begin); el < 900*time.Millisecond {
+		t.Fatalf("8 starts at 2 per 300ms took %v", el)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,6 +24,15 @@ const (
 	// flowMaxHandoff bounds how often a lease passes to the next delivery of its key in this
 	// process before it is released and taken again.
 	flowMaxHandoff = 32
+	// flowMaxLinger bounds how long a throttled stage waits for more free handlers before a
+	// round (see flowStage.linger).
+	flowMaxLinger = 2 * time.Millisecond
+	// A throttle's start slack is its period / flowSlackDiv, used when at least flowMinSlack;
+	// with it a round may admit flowExtra times as many deliveries as there are handlers
+	// beyond the free ones (see newFlowStage).
+	flowSlackDiv = 32
+	flowMinSlack = time.Millisecond
+	flowExtra    = 3
 )
 
 // flowStage sits between the queue and the handler slots (SPEC §13). It takes deliveries from
@@ -41,7 +51,7 @@ type flowStage struct {
 	lease     time.Duration
 
 	in       chan []*flowWait // from the pump: taken from the queue, held, keys computed
-	admitted chan *Delivery   // to the workers
+	admitted chan flowStart   // to the workers
 	finished chan flowDone    // from the workers
 	finishC  chan struct{}    // closed by finish: workers are done
 	doneC    chan struct{}    // closed when run returns
@@ -62,17 +72,39 @@ type flowStage struct {
 	failing     bool
 	poll        time.Duration
 	renewAt     time.Time
+	// A throttled stage sends no admission round before admitAt unless every handler is free
+	// (see linger); rtt is the last round's duration.
+	admitAt time.Time
+	rtt     time.Duration
+	// slack is how late after its round was sent a throttled delivery may still start; 0:
+	// a throttle admits only for free handlers (see newFlowStage).
+	slack time.Duration
+	// unstarted counts admitted deliveries no worker has taken yet (a late one comes back).
+	unstarted atomic.Int64
+	// took averages how long admitted deliveries took to finish (waiting for a handler
+	// included): the extra admissions are made only while it is well within the slack.
+	took time.Duration
+}
+
+// flowStart is an admitted delivery on its way to a worker; with a throttle slack, by is the
+// latest it may start.
+type flowStart struct {
+	d  *Delivery
+	by time.Time
 }
 
 type flowWait struct {
 	d     *Delivery
 	admit FlowAdmit
-	ask   int // its index in this round's admissions; -1 when not asked
+	ask   int  // its index in this round's admissions; -1 when not asked
+	again bool // admitted, but too late to start: it holds its leases and asks for a start
 }
 
 type flowTicket struct {
+	at       time.Time // admitted
 	lease    FlowLease
-	handoffs int // times the lease passed from one delivery of its key to the next
+	admit    FlowAdmit // what it was admitted with (a late start asks for its throttle again)
+	handoffs int       // times the lease passed from one delivery of its key to the next
 }
 
 type flowDone struct {
@@ -80,6 +112,7 @@ type flowDone struct {
 	dec      Decision
 	returned bool // handed back to the source at a stop, never run
 	passed   bool // its decision went to the settler already
+	late     bool // taken by a worker after its start deadline, not run
 }
 
 func newFlowStage(r *runner, f *Flow, q *Queue, returner Returner, decisions chan<- Decision) *flowStage {
@@ -96,15 +129,28 @@ func newFlowStage(r *runner, f *Flow, q *Queue, returner Returner, decisions cha
 	// Admissions a round may grant: the free handler slots, plus, without a throttle, every
 	// delivery the queue may hold, so that one round admits a whole batch (a lease or claim
 	// taken a little before its handler starts only errs on the safe side). A throttle counts
-	// a start when it admits, so it admits only what a free handler starts at once.
-	slots := c + q.limit
+	// a start when it admits, and a start counted well before its handler starts would let
+	// more than limit start in some period. So a throttle admits for the free handlers and
+	// for up to three times as many more, which start as handlers free, each only within a
+	// slack (period/32) after its round was sent; and the store counts the window over period
+	// + slack. Then no period holds more than limit starts: any two starts within a period were
+	// admitted within period + slack of each other, so the later admission saw the earlier
+	// one. The throttle errs, by at most a 32nd, on the strict side. A delivery that misses its
+	// slack does not start: it asks again, its first start still counted; so the extra
+	// admissions are made only while deliveries finish well within the slack (fast handlers,
+	// where round trips rather than handlers bound the rate). With a period too short for a
+	// useful slack (under 32ms), only the free handlers.
+	slots, slack := c+q.limit, time.Duration(0)
 	if f.Throttle != nil {
 		slots = c
+		if s := f.Throttle.Period / flowSlackDiv; s >= flowMinSlack {
+			slots, slack = (1+flowExtra)*c, s
+		}
 	}
 	return &flowStage{
-		r: r, f: f, q: q, returner: returner, decisions: decisions, lease: lease,
+		r: r, f: f, q: q, returner: returner, decisions: decisions, lease: lease, slack: slack,
 		in:          make(chan []*flowWait, 1),
-		admitted:    make(chan *Delivery, slots),
+		admitted:    make(chan flowStart, slots),
 		finished:    make(chan flowDone, slots), // workers never wait for a round
 		finishC:     make(chan struct{}),
 		doneC:       make(chan struct{}),
@@ -142,13 +188,22 @@ func (fs *flowStage) start(stop, grace context.Context) {
 	go fs.run(stop, grace)
 }
 
-// take is the workers' Take.
+// take is the workers' Take. A throttled delivery past its start deadline goes back to the
+// stage unrun.
 func (fs *flowStage) take() (*Delivery, bool) {
-	d, ok := <-fs.admitted
-	if ok {
+	for {
+		a, ok := <-fs.admitted
+		if !ok {
+			return nil, false
+		}
+		fs.unstarted.Add(-1)
+		if !a.by.IsZero() && time.Now().After(a.by) {
+			fs.finished <- flowDone{d: a.d, late: true}
+			continue
+		}
 		fs.q.Unhold(1)
+		return a.d, true
 	}
-	return d, ok
 }
 
 // done hands a finished delivery's decision back (a worker).
@@ -235,20 +290,23 @@ func (fs *flowStage) run(stop, grace context.Context) {
 		}
 		admitting := admittedOpen && !(fs.stopped && fs.returner != nil)
 		wait := time.Hour
-		if len(fs.releases) > 0 || (admitting && len(fs.parked) > 0 && fs.slots > 0) || !fs.renewAt.IsZero() && !time.Now().Before(fs.renewAt) {
+		renewDue := !fs.renewAt.IsZero() && !time.Now().Before(fs.renewAt)
+		if l := fs.linger(admitting, renewDue); l > 0 {
+			wait = l
+		} else if len(fs.releases) > 0 || (admitting && len(fs.parked) > 0 && fs.admitMax() > 0) || renewDue {
 			ok := fs.round(grace, admitting)
 			switch {
 			case !ok:
 				wait = fs.backoff()
-			case admitting && len(fs.parked) > 0 && fs.slots > 0:
+			case admitting && len(fs.parked) > 0 && fs.admitMax() > 0:
 				wait = fs.nextPoll()
 			}
-		} else if admitting && len(fs.parked) > 0 && fs.slots > 0 {
+		} else if admitting && len(fs.parked) > 0 && fs.admitMax() > 0 {
 			wait = fs.nextPoll()
 		}
 		// Workers end once nothing is left to admit: the queue is closed and drained (after a
 		// stop, the source's Receive has returned), or the grace period is over.
-		if admittedOpen && (fs.closedIn && len(fs.parked) == 0 || grace.Err() != nil) {
+		if admittedOpen && (fs.closedIn && len(fs.parked) == 0 && fs.unstarted.Load() == 0 || grace.Err() != nil) {
 			admittedOpen = false
 			close(fs.admitted)
 		}
@@ -257,6 +315,22 @@ func (fs *flowStage) run(stop, grace context.Context) {
 		}
 		timer.Reset(wait) // Go 1.23 timers: Reset drops a stale tick
 	}
+}
+
+// linger is how long a throttled stage without a slack (a period under 32ms, see
+// newFlowStage) waits before its next round, for more handlers to finish: such a throttle
+// admits only as many deliveries as there are free handlers, and without the wait
+// the first handler to finish would send a round for itself alone, the others each a little
+// later, so rounds stay small however fast the handlers are. It waits while some handlers still
+// run, more deliveries wait than there are free handlers, and it is less than the last round's
+// duration (at most flowMaxLinger) since the last round that admitted any: fast handlers all
+// finish within that, and slow ones lose at most that.
+func (fs *flowStage) linger(admitting, renewDue bool) time.Duration {
+	if fs.f.Throttle == nil || fs.slack > 0 || !admitting || renewDue || fs.slots >= fs.r.p.Concurrency ||
+		fs.slots >= len(fs.parked) || len(fs.releases) >= flowMaxRound {
+		return 0
+	}
+	return time.Until(fs.admitAt)
 }
 
 // prepare computes a taken delivery's keys (the pump, in read order); nil when it needs no
@@ -295,7 +369,7 @@ func (fs *flowStage) prepare(d *Delivery) *flowWait {
 		}
 	}
 	if c := fs.f.Throttle; c != nil && err == nil {
-		a.Throttle, a.ThrottleLimit, a.Period = "t", c.Limit, c.Period
+		a.Throttle, a.ThrottleLimit, a.Period = "t", c.Limit, c.Period+fs.slack
 		if c.Key != nil {
 			var k string
 			if k, err = c.Key.FlowKey(d); err == nil {
@@ -321,6 +395,18 @@ func (fs *flowStage) prepare(d *Delivery) *flowWait {
 
 func (fs *flowStage) finish1(fd flowDone) {
 	fs.slots++
+	t := fs.running[fd.d]
+	if fd.late {
+		// It keeps its leases and claim; its start is asked for again, first in line. No more
+		// extra admissions until deliveries finish quickly again.
+		fs.took = max(fs.took, fs.slack)
+		a := FlowAdmit{Token: t.lease.Token, Throttle: t.admit.Throttle, ThrottleLimit: t.admit.ThrottleLimit, Period: t.admit.Period}
+		fs.parked = append([]*flowWait{{d: fd.d, admit: a, again: true}}, fs.parked...)
+		return
+	}
+	if t != nil && !fd.returned {
+		fs.took += (time.Since(t.at) - fs.took) / 8
+	}
 	if fs.f.Dedupe == nil && !fd.returned {
 		// Nothing to mark before the settlement: it goes now, the release with the next
 		// round.
@@ -331,6 +417,15 @@ func (fs *flowStage) finish1(fd flowDone) {
 		return
 	}
 	fs.releases = append(fs.releases, fd)
+}
+
+// admitMax is how many deliveries a round may admit now: the free handlers, plus the extra
+// ones a throttle's slack allows while deliveries finish well within it (see newFlowStage).
+func (fs *flowStage) admitMax() int {
+	if fs.slack > 0 && fs.took >= fs.slack/2 {
+		return fs.slots - flowExtra*fs.r.p.Concurrency
+	}
+	return fs.slots
 }
 
 // collect takes, without waiting, every finished delivery and every batch the pump has ready.
@@ -376,10 +471,11 @@ func (fs *flowStage) handoff(fd flowDone) bool {
 			continue
 		}
 		delete(fs.running, fd.d)
-		fs.running[w.d] = &flowTicket{lease: t.lease, handoffs: t.handoffs + 1}
+		fs.running[w.d] = &flowTicket{at: time.Now(), lease: t.lease, admit: w.admit, handoffs: t.handoffs + 1}
 		fs.parked = append(fs.parked[:i], fs.parked[i+1:]...)
 		fs.slots--
-		fs.admitted <- w.d
+		fs.unstarted.Add(1)
+		fs.admitted <- flowStart{d: w.d}
 		return true
 	}
 	return false
@@ -393,6 +489,9 @@ func (fs *flowStage) returnParked() {
 	ds := make([]*Delivery, len(fs.parked))
 	for i, w := range fs.parked {
 		ds[i] = w.d
+		if w.again {
+			fs.releases = append(fs.releases, flowDone{d: w.d, returned: true})
+		}
 	}
 	fs.parked = nil
 	fs.returner.Return(ds)
@@ -404,6 +503,9 @@ func (fs *flowStage) returnParked() {
 func (fs *flowStage) abandonParked() {
 	for _, w := range fs.parked {
 		fs.r.log.Error().Str(FieldKey, w.d.Key).Str(FieldID, w.d.ID).Msg("flow control: waiting delivery abandoned at shutdown")
+		if w.again {
+			fs.releases = append(fs.releases, flowDone{d: w.d, returned: true})
+		}
 	}
 	fs.q.Unhold(len(fs.parked))
 	fs.parked = nil
@@ -434,8 +536,8 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 		}
 	}
 	asked := 0
-	if admit && fs.slots > 0 {
-		r.Max = fs.slots
+	if admit && fs.admitMax() > 0 {
+		r.Max = fs.admitMax()
 		// A key this process holds itself cannot be had until it is released: such deliveries,
 		// and later ones that share a key with them (order per key), are not sent, which
 		// spares Redis re-checking every busy key on every round.
@@ -482,6 +584,7 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 		return true
 	}
 	if err := fs.f.Store.Round(ctx, r); err != nil {
+		fs.admitAt = time.Time{}
 		fs.r.metrics.SourceError()
 		if !fs.failing {
 			fs.failing = true
@@ -489,6 +592,7 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 		}
 		return false
 	}
+	fs.rtt = time.Since(now)
 	if fs.failing {
 		fs.failing = false
 		fs.r.log.Info().Msg("flow control: store recovered")
@@ -528,14 +632,23 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 		switch v.Kind {
 		case FlowAdmitted:
 			progressed = true
-			l := FlowLease{Token: w.admit.Token, Conc: w.admit.Conc, Dedupe: w.admit.Dedupe}
-			fs.running[w.d] = &flowTicket{lease: l}
-			fs.hold(l)
+			if !w.again {
+				l := FlowLease{Token: w.admit.Token, Conc: w.admit.Conc, Dedupe: w.admit.Dedupe}
+				fs.running[w.d] = &flowTicket{at: now, lease: l, admit: w.admit}
+				fs.hold(l)
+			} else if t := fs.running[w.d]; t != nil {
+				t.at = now
+			}
 			if fs.renewAt.IsZero() {
 				fs.renewAt = now.Add(fs.lease / 3)
 			}
 			fs.slots--
-			fs.admitted <- w.d
+			a := flowStart{d: w.d}
+			if fs.slack > 0 {
+				a.by = now.Add(fs.slack)
+			}
+			fs.unstarted.Add(1)
+			fs.admitted <- a
 		case FlowDuplicate:
 			progressed = true
 			fs.r.tally.read.Add(1)
@@ -554,6 +667,9 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 	fs.parked = keep
 	if progressed {
 		fs.poll = flowPollMin
+	}
+	if fs.slots < fs.r.p.Concurrency && len(r.Admits) > 0 {
+		fs.admitAt = time.Now().Add(min(fs.rtt, flowMaxLinger))
 	}
 	return true
 }

@@ -343,3 +343,103 @@ func TestFlowStoreFailureIsRetried(t *testing.T) {
 		t.Fatalf("handled %d (want 2: keys a and b), settled %d (want 10: the rest are duplicates)", handled.Load(), len(settled))
 	}
 }
+
+// countingStore counts the admissions a store grants.
+type countingStore struct {
+	*MemFlowStore
+	admitted atomic.Int32
+}
+
+func (c *countingStore) Round(ctx context.Context, r *FlowRound) error {
+	err := c.MemFlowStore.Round(ctx, r)
+	for _, v := range r.Verdicts {
+		if v.Kind == FlowAdmitted {
+			c.admitted.Add(1)
+		}
+	}
+	return err
+}
+
+// A throttle admits for busy handlers too, each to start within the slack (period/32) of its
+// round; one still waiting for a handler then does not start late: it asks for its start again,
+// keeping its lease and claim, and the extra admissions stop while handlers are slow.
+func TestFlowThrottleLateStartAsksAgain(t *testing.T) {
+	ds := keyed(8, "a", "b", "c", "d", "e", "f", "g", "h")
+	src := &fakeSource{deliveries: ds, batch: 8}
+	store := &countingStore{MemFlowStore: NewMemFlowStore()}
+	var running, peak atomic.Int32
+	var mu sync.Mutex
+	handled := map[string]int{}
+	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
+		n := running.Add(1)
+		for {
+			if old := peak.Load(); n <= old || peak.CompareAndSwap(old, n) {
+				break
+			}
+		}
+		time.Sleep(40 * time.Millisecond) // longer than the 10ms slack
+		running.Add(-1)
+		mu.Lock()
+		handled[d.Headers["k"]]++
+		mu.Unlock()
+		return Result{Outcome: Ack()}
+	})
+	p.Concurrency = 2
+	p.Flow = &Flow{
+		Throttle:    &Throttle{Limit: 1000, Period: 320 * time.Millisecond},
+		Concurrency: &ConcurrencyKey{Key: headerKey("k"), Limit: 1},
+		Dedupe:      &Dedupe{Key: headerKey("k"), Window: time.Hour},
+		Store:       store,
+	}
+	if err := run(t, context.Background(), Options{}, p); err != nil {
+		t.Fatal(err)
+	}
+	settled, _, _ := src.snapshot()
+	if len(settled) != 8 || len(handled) != 8 {
+		t.Fatalf("settled %d, handled %v: want each of 8 once", len(settled), handled)
+	}
+	for k, n := range handled {
+		if n != 1 {
+			t.Fatalf("key %s handled %d times", k, n)
+		}
+	}
+	if peak.Load() > 2 {
+		t.Fatalf("%d handlers at once, concurrency 2", peak.Load())
+	}
+	// The first round admitted 8 for 2 handlers: 6 came too late and asked again, and the
+	// extra admissions stopped.
+	if n := store.admitted.Load(); n <= 8 || n > 14 {
+		t.Fatalf("%d admissions for 8 starts: want the late ones counted again, and not many", n)
+	}
+}
+
+// A period under 32ms has no slack: only free handlers are admitted (a stage waits up to a
+// round trip for its handlers before a round) and the window is exactly the period.
+func TestFlowThrottleShortPeriod(t *testing.T) {
+	src := &fakeSource{deliveries: keyed(10, "x"), batch: 10}
+	var mu sync.Mutex
+	var starts []time.Time
+	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		mu.Unlock()
+		return Result{Outcome: Ack()}
+	})
+	period := 20 * time.Millisecond
+	p.Flow = &Flow{Throttle: &Throttle{Limit: 2, Period: period}}
+	begin := time.Now()
+	if err := run(t, context.Background(), Options{}, p); err != nil {
+		t.Fatal(err)
+	}
+	if len(starts) != 10 {
+		t.Fatalf("%d starts, want 10", len(starts))
+	}
+	for i := 2; i < len(starts); i++ {
+		if gap := starts[i].Sub(starts[i-2]); gap < period-5*time.Millisecond {
+			t.Fatalf("starts %d and %d only %v apart: more than 2 per %v", i-2, i, gap, period)
+		}
+	}
+	if el := time.Since(begin); el < 4*period-5*time.Millisecond {
+		t.Fatalf("10 starts at 2 per %v took only %v", period, el)
+	}
+}

@@ -38,8 +38,8 @@ func Prefix(pipeline string) string { return "flowrun:{" + pipeline + "}:" }
 // constant, small amount of Redis work per message. The keys:
 //
 //	c:<value>  concurrency key: a sorted set of lease tokens scored by expiry (ms)
-//	t:<value>  throttle key (t without a key): a sorted set of start tokens scored by start
-//	           time, a sliding window of one period
+//	t:<value>  throttle key (t without a key): a list of start times (ms), oldest first, at
+//	           most limit of them: the sliding window of one period
 //	d:<value>  dedupe key: "run:<token>" while its handler runs (expiring with the lease),
 //	           "done" for the window after an ack or drop
 //
@@ -52,61 +52,83 @@ func Prefix(pipeline string) string { return "flowrun:{" + pipeline + "}:" }
 // without waiting for its other keys), then each limit; on a wait nothing is kept. One script
 // for the round rather than one per delivery: a script call costs Redis more than the few
 // commands each admission runs. KEYS: every key of those admissions, once each (one slot).
-// ARGV: lease ms, then per admission: token, dedupe, concurrency and throttle key indexes (0:
-// none), concurrency limit, throttle limit, throttle period ms. Returns per admission -1
-// admitted, -2 duplicate, or the ms after which trying again may succeed (0: unknown).
+// ARGV: lease ms, then two numbers per key, in KEYS order: a concurrency key's limit, a
+// throttle key's limit and period ms (0 where unused), then per admission its token and its
+// dedupe, concurrency and throttle key indexes (0: none); a key's numbers are sent, and parsed,
+// once a round rather than once per admission. Returns per admission -1 admitted, -2
+// duplicate, or the ms after which trying again may succeed (0: unknown).
 var admitScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
--- Per key, the round counts members itself after one ZCARD, and sets the expiry once at the
--- end: an admission costs one ZADD per key, not three commands.
+-- Per concurrency key, the round counts members itself after one ZCARD; every key's expiry is
+-- set once at the end of the round.
 local count, expire = {}, {}
--- A sorted set is full when it holds limit members scored above floor; older ones are purged
--- only when it looks full.
-local function full(k, limit, floor)
+local function full(k, limit)
   if not count[k] then count[k] = redis.call('ZCARD', k) end
   if count[k] < limit then return false end
-  redis.call('ZREMRANGEBYSCORE', k, '-inf', floor)
+  redis.call('ZREMRANGEBYSCORE', k, '-inf', now)
   count[k] = redis.call('ZCARD', k)
   return count[k] >= limit
 end
-local function first(k)
-  return tonumber(redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')[2])
-end
-local function add(k, score, tok, ttl)
-  count[k] = (count[k] or 0) + redis.call('ZADD', k, score, tok)
-  expire[k] = ttl
+-- A throttle key is a list of start times, oldest first, holding at most limit of them. The
+-- start is pushed first: the length RPUSH returns says whether the window can be full. When it
+-- can, the start limit places back must be older than the period, else the push is undone.
+-- Every 64th push drops the head's starts that have left the window, so a budget that never
+-- fills keeps about one window of starts rather than limit.
+local function throttle(k, limit, period)
+  local n = redis.call('RPUSH', k, now)
+  expire[k] = period
+  if n > limit then
+    if n > limit + 1 then redis.call('LTRIM', k, -(limit + 1), -1) end
+    local h = tonumber(redis.call('LINDEX', k, 0))
+    if h > now - period then
+      redis.call('RPOP', k)
+      return h + period - now
+    end
+    redis.call('LPOP', k)
+  elseif n % 64 == 0 then
+    local old = 0
+    for _, h in ipairs(redis.call('LRANGE', k, 0, 63)) do
+      if tonumber(h) > now - period then break end
+      old = old + 1
+    end
+    if old > 0 then redis.call('LTRIM', k, old, -1) end
+  end
+  return -1
 end
 local function admit(tok, d, c, cl, th, tl, tp)
-  -- A round sent again after a lost reply finds its own claim and lease: admitted already.
+  -- A round sent again after a lost reply finds its own claim and lease: admitted already
+  -- (its throttle start counts twice, which only makes the throttle stricter).
   if d then
     local cur = redis.call('SET', d, 'run:' .. tok, 'NX', 'GET', 'PX', lease)
     if cur == 'done' then return -2 end
     if cur and cur ~= 'run:' .. tok then return math.max(redis.call('PTTL', d), 0) end
   end
   local v = -1
-  if c and full(c, cl, now) and not redis.call('ZSCORE', c, tok) then
-    v = math.max(first(c) - now, 0)
+  if c and full(c, cl) and not redis.call('ZSCORE', c, tok) then
+    v = math.max(tonumber(redis.call('ZRANGE', c, 0, 0, 'WITHSCORES')[2]) - now, 0)
   end
-  if v == -1 and th and full(th, tl, now - tp) then
-    v = math.max(first(th) + tp - now, 0)
-  end
+  if v == -1 and th then v = throttle(th, tl, tp) end
   if v >= 0 then
     if d then redis.call('DEL', d) end
     return v
   end
-  if c then add(c, now + lease, tok, lease) end
-  if th then add(th, now, tok, tp) end
+  if c then
+    count[c] = count[c] + redis.call('ZADD', c, now + lease, tok)
+    expire[c] = lease
+  end
   return -1
 end
+local lim, per = {}, {}
+for k = 1, #KEYS do
+  lim[k], per[k] = tonumber(ARGV[2 * k]), tonumber(ARGV[2 * k + 1])
+end
 local out = {}
-local i = 2
-while i <= #ARGV do
-  local d, c, th = tonumber(ARGV[i+1]), tonumber(ARGV[i+2]), tonumber(ARGV[i+4])
-  out[#out + 1] = admit(ARGV[i], d > 0 and KEYS[d] or nil, c > 0 and KEYS[c] or nil, tonumber(ARGV[i+3]),
-    th > 0 and KEYS[th] or nil, tonumber(ARGV[i+5]), tonumber(ARGV[i+6]))
-  i = i + 7
+for i = 2 * #KEYS + 2, #ARGV, 4 do
+  local d, c, th = tonumber(ARGV[i+1]), tonumber(ARGV[i+2]), tonumber(ARGV[i+3])
+  out[#out + 1] = admit(ARGV[i], d > 0 and KEYS[d] or nil, c > 0 and KEYS[c] or nil, lim[c],
+    th > 0 and KEYS[th] or nil, lim[th], per[th])
 end
 for k, ttl in pairs(expire) do redis.call('PEXPIRE', k, ttl) end
 return out
@@ -158,7 +180,8 @@ func (s *Store) Round(ctx context.Context, r *engine.FlowRound) error {
 		// A pipeline cannot fall back from EVALSHA to EVAL per command: load the scripts
 		// (a restarted or failed-over server has none) and send the round again. Every
 		// command of a round may be sent twice: releases and renewals are idempotent, and an
-		// admission finds its own claim or lease and counts as made.
+		// admission finds its own claim or lease and counts as made. Its throttle start (a
+		// time, not a token) is then counted twice: stricter for one period, never looser.
 		for _, sc := range []*redis.Script{admitScript, renewScript, dropClaimScript} {
 			if err := loadScript(ctx, s.c, sc); err != nil {
 				return fmt.Errorf("redisflow: load script: %w", err)
@@ -200,32 +223,34 @@ func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 	n := min(len(r.Admits), max(r.Max, 0))
 	claims := make([]*redis.StatusCmd, n) // dedupe alone: SET NX GET claims the key and says what held it
 	var keys []string
+	params := []any{lease} // two per key
 	index := map[string]int{}
-	ix := func(k string) int {
+	ix := func(k string, limit int, period time.Duration) int {
 		if k == "" {
 			return 0
 		}
 		i, ok := index[k]
 		if !ok {
 			keys = append(keys, s.prefix+k)
+			params = append(params, limit, ms(period))
 			i = len(keys)
 			index[k] = i
 		}
 		return i
 	}
 	scripted := make([]int, 0, n) // indexes of the admissions the script decides
-	args := []any{lease}
+	var args []any
 	for i, a := range r.Admits[:n] {
 		if a.Conc == "" && a.Throttle == "" {
 			claims[i] = p.SetArgs(ctx, s.prefix+a.Dedupe, "run:"+a.Token, redis.SetArgs{Mode: "NX", Get: true, TTL: r.Lease})
 			continue
 		}
 		scripted = append(scripted, i)
-		args = append(args, a.Token, ix(a.Dedupe), ix(a.Conc), a.ConcLimit, ix(a.Throttle), a.ThrottleLimit, ms(a.Period))
+		args = append(args, a.Token, ix(a.Dedupe, 0, 0), ix(a.Conc, a.ConcLimit, 0), ix(a.Throttle, a.ThrottleLimit, a.Period))
 	}
 	var script *redis.Cmd
 	if len(scripted) > 0 {
-		script = admitScript.EvalSha(ctx, p, keys, args...)
+		script = admitScript.EvalSha(ctx, p, keys, append(params, args...)...)
 	}
 	cmds, err := p.Exec(ctx)
 	for _, c := range cmds {

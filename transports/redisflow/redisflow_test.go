@@ -3,6 +3,8 @@ package redisflow
 import (
 	"context"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -144,6 +146,53 @@ func TestThrottleSlidingWindow(t *testing.T) {
 	}
 }
 
+// A throttle key holds start times, at most limit of them, and drops the ones that have left the
+// window as it goes: a budget that never fills does not keep limit starts.
+func TestThrottleWindowList(t *testing.T) {
+	_, c := redistest.Fresh(t)
+	ctx := context.Background()
+	s := New(c, "p5")
+	key := "flowrun:{p5}:t:x"
+	th := func(tok string, limit int, period time.Duration) engine.FlowAdmit {
+		return engine.FlowAdmit{Token: tok, Throttle: "t:x", ThrottleLimit: limit, Period: period}
+	}
+	burst := func(n, limit int, period time.Duration) []engine.FlowVerdictKind {
+		r := &engine.FlowRound{Max: n}
+		for i := range n {
+			r.Admits = append(r.Admits, th(strconv.Itoa(i), limit, period))
+		}
+		return round(t, s, r)
+	}
+	// A full window: the push is undone, the retry is about the period.
+	same(t, "fill", burst(3, 2, 200*time.Millisecond), A, A, W)
+	if n := c.LLen(ctx, key).Val(); n != 2 {
+		t.Fatalf("%d starts kept, want 2", n)
+	}
+	time.Sleep(210 * time.Millisecond)
+	same(t, "next window", burst(3, 2, 200*time.Millisecond), A, A, W)
+	if n := c.LLen(ctx, key).Val(); n != 2 {
+		t.Fatalf("%d starts kept after the window moved, want 2", n)
+	}
+	if ttl := c.PTTL(ctx, key).Val(); ttl <= 0 || ttl > 200*time.Millisecond {
+		t.Fatalf("expiry %v, want the period", ttl)
+	}
+	// A lower limit (a reloaded config) keeps only what it needs.
+	time.Sleep(210 * time.Millisecond)
+	same(t, "limit lowered", burst(2, 1, 200*time.Millisecond), A, W)
+	if n := c.LLen(ctx, key).Val(); n != 1 {
+		t.Fatalf("%d starts kept at limit 1, want 1", n)
+	}
+	// A large budget that never fills: starts older than the period are dropped as new ones
+	// come (every 64th), so the list holds about one window, not the limit.
+	for range 4 {
+		time.Sleep(60 * time.Millisecond)
+		same(t, "large budget", burst(64, 1_000_000, 50*time.Millisecond), slices.Repeat([]engine.FlowVerdictKind{A}, 64)...)
+	}
+	if n := c.LLen(ctx, key).Val(); n > 128 {
+		t.Fatalf("%d starts kept for a 50ms window of at most 64, want at most 128", n)
+	}
+}
+
 // Every key the store writes carries an expiry and lives in the pipeline's slot.
 func TestKeysExpireAndShareASlot(t *testing.T) {
 	_, c := redistest.Fresh(t)
@@ -187,7 +236,7 @@ func TestACLLine(t *testing.T) {
 	srv, admin := redistest.Fresh(t)
 	ctx := context.Background()
 	admin.Do(ctx, "ACL", "LOG", "RESET")
-	line := "+ping +set +get +del +pttl +pexpire +zadd +zrem +zcard +zscore +zrange +zremrangebyscore +time +evalsha +eval +script|load ~flowrun:{jobs}:*"
+	line := "+ping +set +get +del +pttl +pexpire +zadd +zrem +zcard +zscore +zrange +zremrangebyscore +rpush +rpop +lpop +lindex +lrange +ltrim +time +evalsha +eval +script|load ~flowrun:{jobs}:*"
 	args := []any{"ACL", "SETUSER", "flowacl", "reset", "on", ">pw"}
 	for _, f := range strings.Fields(line) {
 		args = append(args, f)
@@ -202,6 +251,31 @@ func TestACLLine(t *testing.T) {
 	s := New(c, "jobs")
 	full := engine.FlowAdmit{Token: "1", Dedupe: "d:a", Conc: "c:a", ConcLimit: 1, Throttle: "t:a", ThrottleLimit: 5, Period: time.Second}
 	same(t, "admit", round(t, s, &engine.FlowRound{Admits: []engine.FlowAdmit{full, {Token: "2", Dedupe: "d:b"}, {Token: "3", Dedupe: "d:a", Conc: "c:a", ConcLimit: 1}}}), A, A, W)
+	// Every throttle path: a full window (LINDEX, RPOP), a window that moved on (LPOP), the
+	// 64th push of a window that never fills (LRANGE, LTRIM); the lengths show each ran.
+	th := func(n, limit int) {
+		r := &engine.FlowRound{Max: n}
+		for i := range n {
+			r.Admits = append(r.Admits, engine.FlowAdmit{Token: strconv.Itoa(i), Throttle: "t:b", ThrottleLimit: limit, Period: 300 * time.Millisecond})
+		}
+		round(t, s, r)
+	}
+	llen := func(want int64) {
+		t.Helper()
+		if n := admin.LLen(ctx, "flowrun:{jobs}:t:b").Val(); n != want {
+			t.Fatalf("throttle list of %d, want %d", n, want)
+		}
+	}
+	th(1, 2)
+	time.Sleep(150 * time.Millisecond)
+	th(2, 2) // admitted, then a full window
+	llen(2)
+	time.Sleep(200 * time.Millisecond)
+	th(1, 2) // the first start left the window
+	llen(2)
+	time.Sleep(200 * time.Millisecond)
+	th(62, 100) // the 64th push drops the one start that left the window
+	llen(63)
 	r := &engine.FlowRound{Renews: []engine.FlowLease{{Token: "1", Conc: "c:a", Dedupe: "d:a"}}}
 	round(t, s, r)
 	round(t, s, &engine.FlowRound{Releases: []engine.FlowRelease{
