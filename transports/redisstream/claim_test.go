@@ -3,6 +3,7 @@ package redisstream
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -265,5 +266,57 @@ func TestClaimingPassesOneRoundTrip(t *testing.T) {
 	}
 	if !r.noneIdle {
 		t.Fatal("the last pass's XPENDING found nothing idle, but the reader does not know")
+	}
+}
+
+// A reclaim pass asks for delivery counts in its XAUTOCLAIM's round trip only while the last
+// pass claimed something: over a fresh backlog, where passes claim nothing, it sends XAUTOCLAIM
+// alone; the first pass that claims learns the counts with one more XPENDING.
+func TestReclaimCountsOnlyAfterAClaim(t *testing.T) {
+	e := newEnv(t)
+	e.rdb.XGroupCreateMkStream(e.ctx, "s", "g", "0")
+	e.xaddN("s", 4)
+	c, rec := e.client()
+	o := claimOpts(KindReclaim, "a")
+	o.Batch = 2
+	src, err := New(c, o, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	r := &reader{s: src}
+	r.reset()
+	if ds, err := r.autoClaim(e.ctx, 2); err != nil || len(ds) != 0 {
+		t.Fatalf("nothing pending: claimed %d, %v", len(ds), err)
+	}
+	streamCmds := func() []string { // the connection's own handshake (hello, client) aside
+		var out []string
+		for _, n := range rec.names() {
+			if strings.HasPrefix(n, "x") {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	if got := streamCmds(); !slices.Equal(got, []string{"xautoclaim"}) {
+		t.Fatalf("a pass with nothing to claim sent %v; want xautoclaim alone", got)
+	}
+	e.rdb.XReadGroup(e.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "ghost", Streams: []string{"s", ">"}})
+	e.waitFor("entries to become idle", 5*time.Second, func() bool {
+		p, _ := e.rdb.XPendingExt(e.ctx, &redis.XPendingExtArgs{Stream: "s", Group: "g", Idle: testMinIdle, Start: "-", End: "+", Count: 10}).Result()
+		return len(p) == 4
+	})
+	for i, want := range [][]string{{"xautoclaim", "xpending"}, {"xautoclaim", "xpending"}} {
+		rec.reset()
+		ds, err := r.autoClaim(e.ctx, 2)
+		if err != nil || len(ds) != 2 {
+			t.Fatalf("pass %d: claimed %d, %v", i, len(ds), err)
+		}
+		for _, d := range ds {
+			expectCounts(t, d, 2, 2, testMinIdle.Milliseconds(), testMinIdle.Milliseconds())
+		}
+		if got := streamCmds(); !slices.Equal(got, want) {
+			t.Fatalf("pass %d sent %v, want %v", i, got, want)
+		}
 	}
 }

@@ -109,7 +109,10 @@ type reader struct {
 	pending   bool   // stream kind: re-reading own pending entries
 	cursor    string // pending re-read: last id seen
 	autoclaim string // reclaim: XAUTOCLAIM cursor
-	dials     uint64 // stream: the dial count when last checked
+	// claimedLast: reclaim's last pass claimed something, so the next one asks for the
+	// delivery counts in the same round trip.
+	claimedLast bool
+	dials       uint64 // stream: the dial count when last checked
 
 	rc    *redis.Client      // reads of new entries, when the source has a client of its own
 	got   []*engine.Delivery // what the last step read, handed over by Receive
@@ -438,10 +441,16 @@ func (r *reader) autoClaim(ctx context.Context, count int) ([]*engine.Delivery, 
 		Stream: s.o.Stream, Group: s.o.Group, Consumer: s.o.Consumer,
 		MinIdle: s.o.MinIdle, Start: r.autoclaim, Count: int64(count),
 	})
-	pc := pipe.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream: s.o.Stream, Group: s.o.Group, Start: r.autoclaim, End: "+",
-		Count: int64(count + s.track.len() + 16), Consumer: s.o.Consumer,
-	})
+	// Only while the last pass claimed something (a takeover): a pass over a fresh backlog
+	// usually claims nothing, and this XPENDING would list every entry in flight here for
+	// nothing; the first pass that does claim learns its counts in a second round trip.
+	var pc *redis.XPendingExtCmd
+	if r.claimedLast {
+		pc = pipe.XPendingExt(ctx, &redis.XPendingExtArgs{
+			Stream: s.o.Stream, Group: s.o.Group, Start: r.autoclaim, End: "+",
+			Count: int64(count + s.track.len() + 16), Consumer: s.o.Consumer,
+		})
+	}
 	_, _ = pipe.Exec(ctx)
 	msgs, next, deleted, err := ac.Result()
 	if err != nil {
@@ -462,11 +471,14 @@ func (r *reader) autoClaim(ctx context.Context, count int) ([]*engine.Delivery, 
 		}
 	}
 	s.track.add(claimed)
+	r.claimedLast = len(claimed) > 0
 	var known map[string]int64
-	if pend, perr := pc.Result(); perr == nil && len(r.carry) > 0 {
-		known = make(map[string]int64, len(pend))
-		for _, p := range pend {
-			known[p.ID] = p.RetryCount
+	if pc != nil && len(r.carry) > 0 {
+		if pend, perr := pc.Result(); perr == nil {
+			known = make(map[string]int64, len(pend))
+			for _, p := range pend {
+				known[p.ID] = p.RetryCount
+			}
 		}
 	}
 	ds, err := r.countCarriedKnown(ctx, known)
