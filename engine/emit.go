@@ -62,25 +62,11 @@ func (s *settler) emit(decs []Decision) {
 		} else {
 			err = fmt.Errorf("emit %s: %w", t.target.Kind, err)
 		}
-		var errs []error
-		if ends != nil && err != nil {
-			errs = make([]error, len(msgs))
-		}
-		for _, f := range faultsOf(err, len(msgs)) {
-			if errs != nil {
-				errs[f.Index] = f
-			}
+		faults := faultsOf(err, len(msgs))
+		endSpans(ends, faults)
+		for _, f := range faults {
 			if _, ok := failed[owner[f.Index]]; !ok {
 				failed[owner[f.Index]] = fmt.Errorf("emit %s %s: %w", t.target.Kind, msgs[f.Index].Key, f)
-			}
-		}
-		for j, end := range ends {
-			if end != nil {
-				var e error
-				if errs != nil {
-					e = errs[j]
-				}
-				end(e)
 			}
 		}
 	}
@@ -120,4 +106,20 @@ func (s *settler) emitSpans(decs []Decision, t Target, msgs []*Message, owner []
 		}
 	}
 	return ends
+}
+
+// endSpans ends the spans begun for a write (nil: none traced), each with its own fault, if any.
+func endSpans(ends []func(error), faults []Fault) {
+	if ends == nil {
+		return
+	}
+	errs := make([]error, len(ends))
+	for _, f := range faults {
+		errs[f.Index] = f
+	}
+	for i, end := range ends {
+		if end != nil {
+			end(errs[i])
+		}
+	}
 }

@@ -274,26 +274,11 @@ func (s *settler) settleWith(ctx context.Context, decs []Decision) {
 	}()
 	ends := settleSpans(decs)
 	err := s.r.p.Source.Settle(ctx, batch)
+	faults := faultsOf(err, len(decs))
+	endSpans(ends, faults)
 	if err == nil {
-		for _, end := range ends {
-			if end != nil {
-				end(nil)
-			}
-		}
 		s.settled(decs)
 		return
-	}
-	faults := faultsOf(err, len(decs))
-	if ends != nil {
-		errs := make([]error, len(decs))
-		for _, f := range faults {
-			errs[f.Index] = f
-		}
-		for i, end := range ends {
-			if end != nil {
-				end(errs[i])
-			}
-		}
 	}
 	failed := make([]bool, len(decs))
 	var permanent []int
