@@ -233,3 +233,60 @@ pipeline "p" {
 		t.Fatalf("emitted record without a traceparent: %s", strings.SplitN(r.stdout, "\n", 2)[0])
 	}
 }
+
+// TestNoTelemetryAddsNothing (SPEC §14): with neither a telemetry block nor the variables, the
+// emit, the retry copy and the dead letter carry no traceparent.
+func TestNoTelemetryAddsNothing(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "chain.hcl", fmt.Sprintf(`redis "main" {
+  url = %q
+}
+
+pipeline "ingest" {
+  source "stream" {
+    stream = "in"
+    block  = "100ms"
+  }
+  rule "forward" {
+    emit "stream" { key = "mid" }
+    outcome = "ack"
+  }
+}
+
+pipeline "work" {
+  source "stream" {
+    stream = "mid"
+    block  = "100ms"
+  }
+  max_attempts = 2
+  dead_letter  = "mid.dlq"
+  rule "fail" {
+    outcome = "retry"
+  }
+}
+`, srv.URL))
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "in", Values: []string{"payload", `{"id":1}`}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, "run", cfg)
+	eventually(t, 15*time.Second, "the dead letter", func() bool {
+		pend, err := rdb.XPending(ctx, "mid", "work").Result()
+		return rdb.XLen(ctx, "mid.dlq").Val() == 1 && err == nil && pend.Count == 0
+	})
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(15 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, key := range []string{"mid", "mid.dlq"} {
+		for _, m := range rdb.XRange(ctx, key, "-", "+").Val() {
+			if _, ok := m.Values["traceparent"]; ok {
+				t.Errorf("%s entry %s carries a traceparent without telemetry: %v", key, m.ID, m.Values)
+			}
+		}
+	}
+}
