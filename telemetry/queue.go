@@ -87,23 +87,22 @@ func (q *queueProcessor) run() {
 		clear(batch)
 		batch = batch[:0]
 	}
+	add := func(s sdktrace.ReadOnlySpan) {
+		if batch = append(batch, s); len(batch) == exportBatch {
+			flush()
+		}
+	}
 	for {
 		select {
 		case s := <-q.ch:
-			batch = append(batch, s)
-			if len(batch) == exportBatch {
-				flush()
-			}
+			add(s)
 		case <-t.C:
 			flush()
 		case <-q.stop:
 			for {
 				select {
 				case s := <-q.ch:
-					batch = append(batch, s)
-					if len(batch) == exportBatch {
-						flush()
-					}
+					add(s)
 				default:
 					flush()
 					return
