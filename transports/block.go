@@ -143,6 +143,21 @@ func (a Attributes) NonEmptyAt(name string, dst *string, at *hcl.Range) bool {
 	return a.NonEmpty(name, dst)
 }
 
+// NonEmptyOnly decodes a non-empty string that is valid only where valid holds: written where
+// it does not, it is reported too, at its name, with detail. It returns the attribute, nil when
+// it is not written.
+func (a Attributes) NonEmptyOnly(name string, dst *string, valid bool, detail string) *hcl.Attribute {
+	attr := a.m[name]
+	if attr == nil {
+		return nil
+	}
+	a.NonEmpty(name, dst)
+	if !valid {
+		a.b.Report(Unsupported(attr, detail))
+	}
+	return attr
+}
+
 // Bool decodes a bool.
 func (a Attributes) Bool(name string, dst *bool) bool { return decode(a, name, a.dec().Bool, dst) }
 

@@ -69,11 +69,9 @@ func (c *Config) Decode(b *transports.Block) {
 	a.NonEmptyAt("key", &c.Key, &c.keyRange)
 	c.Reliable = true
 	a.Bool("reliable", &c.Reliable)
-	p := a.Get("processing")
-	a.NonEmpty("processing", &c.Processing)
+	p := a.NonEmptyOnly("processing", &c.Processing, c.Reliable, `"processing" is only used by a reliable list (reliable = true).`)
 	switch {
 	case p != nil && !c.Reliable:
-		b.Report(transports.Unsupported(p, `"processing" is only used by a reliable list (reliable = true).`))
 		c.Processing = ""
 	case p == nil && c.Reliable && c.Key != "":
 		c.Processing = fmt.Sprintf("%s:processing:%s", c.Key, c.Consumer)

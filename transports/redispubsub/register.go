@@ -91,12 +91,9 @@ func (c *Config) Decode(b *transports.Block) {
 	a.Strings("patterns", &c.Patterns)
 
 	patterns := len(c.Patterns) > 0
-	if r := p.Get("retry_to"); r != nil {
-		p.NonEmpty("retry_to", &c.RetryTo)
-		if !patterns {
-			b.Report(transports.Unsupported(r, `"retry_to" only applies to a pubsub source with "patterns"; this pubsub source reads channels, and copies go back to the channel they came from.`))
-		}
-	} else if patterns && b.Pipeline.CanRetry {
+	r := p.NonEmptyOnly("retry_to", &c.RetryTo, patterns,
+		`"retry_to" only applies to a pubsub source with "patterns"; this pubsub source reads channels, and copies go back to the channel they came from.`)
+	if r == nil && patterns && b.Pipeline.CanRetry {
 		b.Report(transports.MissingArgument(b.Pipeline.DefRange, "retry_to",
 			"for a pipeline that reads pubsub patterns and can retry (the channel retry copies are published to)"))
 	}

@@ -116,12 +116,9 @@ func (c *Config) Decode(b *transports.Block) {
 			c.DelayedRetry = mode
 		}
 	}
-	if dk := p.Get("delay_key"); dk != nil {
-		p.NonEmpty("delay_key", &c.DelayKey)
+	if dk := p.NonEmptyOnly("delay_key", &c.DelayKey, c.DelayedRetry == DelayDurableZSet,
+		`"delay_key" is only used with delayed_retry = "durable_zset".`); dk != nil {
 		c.delayKeyRange = dk.Expr.Range().Ptr()
-		if c.DelayedRetry != DelayDurableZSet {
-			b.Report(transports.Unsupported(dk, `"delay_key" is only used with delayed_retry = "durable_zset".`))
-		}
 	}
 	if c.DelayedRetry == DelayDurableZSet && c.DelayKey == "" && c.Stream != "" {
 		c.DelayKey = c.Stream + DelayKeySuffix
