@@ -83,6 +83,21 @@ func (b *Block) RejectDeadLetterKey(key string) {
 	})
 }
 
+// DecodeReader decodes the attributes of a source that reads in batches, blocking, as a named
+// consumer: "consumer" into consumer (b.Consumer when none is written or `--consumer` overrides
+// it), "batch" into batch and "block" into block, each set to its default first.
+func (b *Block) DecodeReader(consumer *string, batch *int, defBatch int, block *time.Duration, defBlock time.Duration) {
+	a := b.Attrs()
+	a.NonEmpty("consumer", consumer)
+	if *consumer == "" || b.ConsumerOverride {
+		*consumer = b.Consumer
+	}
+	*batch = defBatch
+	a.Count("batch", batch)
+	*block = defBlock
+	a.Duration("block", block)
+}
+
 // Attributes are written attributes with typed decoders. Each decoder does nothing when the
 // attribute is not written; otherwise it reports the attribute's mistakes (at its value) and
 // stores the value in dst (its zero value after a mistake). It returns true when the attribute
@@ -117,6 +132,30 @@ func (a Attributes) String(name string, dst *string) bool { return decode(a, nam
 // NonEmpty decodes a string that must not be empty.
 func (a Attributes) NonEmpty(name string, dst *string) bool {
 	return decode(a, name, a.dec().NonEmpty, dst)
+}
+
+// NonEmptyAt is NonEmpty that also stores the value's range in at when the attribute is
+// written, for a diagnostic found after decoding (Config.CheckCluster).
+func (a Attributes) NonEmptyAt(name string, dst *string, at *hcl.Range) bool {
+	if attr := a.m[name]; attr != nil {
+		*at = attr.Expr.Range()
+	}
+	return a.NonEmpty(name, dst)
+}
+
+// NonEmptyOnly decodes a non-empty string that is valid only where valid holds: written where
+// it does not, it is reported too, at its name, with detail. It returns the attribute, nil when
+// it is not written.
+func (a Attributes) NonEmptyOnly(name string, dst *string, valid bool, detail string) *hcl.Attribute {
+	attr := a.m[name]
+	if attr == nil {
+		return nil
+	}
+	a.NonEmpty(name, dst)
+	if !valid {
+		a.b.Report(Unsupported(attr, detail))
+	}
+	return attr
 }
 
 // Bool decodes a bool.

@@ -3,6 +3,7 @@ package transports
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -79,6 +80,21 @@ type Stats struct {
 	NextDue           *time.Time
 	DeadLetter        string // the dead-letter key
 	DeadLetters       *int64
+}
+
+// CountDeadLetters sets s.DeadLetter to key and s.DeadLetters to its length, read with length
+// (the client's XLen or LLen); it does nothing when key is "" (no dead_letter).
+func (s *Stats) CountDeadLetters(ctx context.Context, key string, length func(context.Context, string) *redis.IntCmd) error {
+	if key == "" {
+		return nil
+	}
+	s.DeadLetter = key
+	n, err := length(ctx, key).Result()
+	if err != nil {
+		return fmt.Errorf("dead letters %s: %w", key, err)
+	}
+	s.DeadLetters = &n
+	return nil
 }
 
 // DeadLetterStore is implemented by a Config whose dead letters `flowrun dlq` can list, move
@@ -166,6 +182,20 @@ func (e *Env) Client() (redis.UniversalClient, error) {
 		return nil, errors.New("transports: no redis block for this source")
 	}
 	return e.Redis(e.RedisBlock)
+}
+
+// BuildOnClient is Config.Build for a source that reads with the client of its redis block:
+// newSource builds the source on that client.
+func BuildOnClient[S engine.Source](env *Env, newSource func(redis.UniversalClient) (S, error)) (engine.Source, error) {
+	client, err := env.Client()
+	if err != nil {
+		return nil, err
+	}
+	s, err := newSource(client)
+	if err != nil {
+		return nil, err // not s: a nil *Source in an engine.Source is not nil
+	}
+	return s, nil
 }
 
 // RedisSink is EmitKind.Sink for an emit kind written through a redis block: it opens the

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/keyslot"
@@ -63,26 +64,14 @@ var (
 // "<key>:processing:<consumer>".
 func (c *Config) Decode(b *transports.Block) {
 	a := b.Attrs()
-	a.NonEmpty("consumer", &c.Consumer)
-	if c.Consumer == "" || b.ConsumerOverride {
-		c.Consumer = b.Consumer
-	}
-	c.Batch = DefaultBatch
-	a.Count("batch", &c.Batch)
-	c.Block = DefaultBlock
-	a.Duration("block", &c.Block)
+	b.DecodeReader(&c.Consumer, &c.Batch, DefaultBatch, &c.Block, DefaultBlock)
 
-	if k := a.Get("key"); k != nil {
-		c.keyRange = k.Expr.Range()
-	}
-	a.NonEmpty("key", &c.Key)
+	a.NonEmptyAt("key", &c.Key, &c.keyRange)
 	c.Reliable = true
 	a.Bool("reliable", &c.Reliable)
-	p := a.Get("processing")
-	a.NonEmpty("processing", &c.Processing)
+	p := a.NonEmptyOnly("processing", &c.Processing, c.Reliable, `"processing" is only used by a reliable list (reliable = true).`)
 	switch {
 	case p != nil && !c.Reliable:
-		b.Report(transports.Unsupported(p, `"processing" is only used by a reliable list (reliable = true).`))
 		c.Processing = ""
 	case p == nil && c.Reliable && c.Key != "":
 		c.Processing = fmt.Sprintf("%s:processing:%s", c.Key, c.Consumer)
@@ -104,15 +93,9 @@ func (c *Config) Capabilities() engine.Capabilities {
 
 // Build returns the source, reading with the client of its redis block.
 func (c *Config) Build(_ context.Context, env *transports.Env) (engine.Source, error) {
-	client, err := env.Client()
-	if err != nil {
-		return nil, err
-	}
-	s, err := New(client, c.Options, env.Logger)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return transports.BuildOnClient(env, func(client redis.UniversalClient) (*Source, error) {
+		return New(client, c.Options, env.Logger)
+	})
 }
 
 // CheckCluster: a reliable list's processing list must share its key's slot, since BLMOVE moves
@@ -174,15 +157,8 @@ func (c *Config) Inspect(ctx context.Context, env *transports.Env) (transports.S
 		}
 		row.Pending = &n
 	}
-	if c.DeadLetter != "" {
-		row.DeadLetter = c.DeadLetter
-		n, err := client.LLen(ctx, c.DeadLetter).Result()
-		if err != nil {
-			return row, fmt.Errorf("dead letters %s: %w", c.DeadLetter, err)
-		}
-		row.DeadLetters = &n
-	}
-	return row, nil
+	err = row.CountDeadLetters(ctx, c.DeadLetter, client.LLen)
+	return row, err
 }
 
 // CheckRedrive: a list's dead letters can always go back to it.

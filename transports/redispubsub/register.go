@@ -91,12 +91,9 @@ func (c *Config) Decode(b *transports.Block) {
 	a.Strings("patterns", &c.Patterns)
 
 	patterns := len(c.Patterns) > 0
-	if r := p.Get("retry_to"); r != nil {
-		p.NonEmpty("retry_to", &c.RetryTo)
-		if !patterns {
-			b.Report(transports.Unsupported(r, `"retry_to" only applies to a pubsub source with "patterns"; this pubsub source reads channels, and copies go back to the channel they came from.`))
-		}
-	} else if patterns && b.Pipeline.CanRetry {
+	r := p.NonEmptyOnly("retry_to", &c.RetryTo, patterns,
+		`"retry_to" only applies to a pubsub source with "patterns"; this pubsub source reads channels, and copies go back to the channel they came from.`)
+	if r == nil && patterns && b.Pipeline.CanRetry {
 		b.Report(transports.MissingArgument(b.Pipeline.DefRange, "retry_to",
 			"for a pipeline that reads pubsub patterns and can retry (the channel retry copies are published to)"))
 	}
@@ -116,15 +113,9 @@ func (c *Config) Capabilities() engine.Capabilities { return engine.Capabilities
 
 // Build returns the source, subscribing with the client of its redis block.
 func (c *Config) Build(_ context.Context, env *transports.Env) (engine.Source, error) {
-	client, err := env.Client()
-	if err != nil {
-		return nil, err
-	}
-	s, err := New(client, c.Options, env.Logger)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return transports.BuildOnClient(env, func(client redis.UniversalClient) (*Source, error) {
+		return New(client, c.Options, env.Logger)
+	})
 }
 
 // names is what the source subscribes to, comma-separated.
@@ -145,13 +136,8 @@ func (c *Config) Inspect(ctx context.Context, env *transports.Env) (transports.S
 	if err != nil {
 		return row, err
 	}
-	row.DeadLetter = c.DeadLetter
-	n, err := client.XLen(ctx, c.DeadLetter).Result()
-	if err != nil {
-		return row, fmt.Errorf("dead letters %s: %w", c.DeadLetter, err)
-	}
-	row.DeadLetters = &n
-	return row, nil
+	err = row.CountDeadLetters(ctx, c.DeadLetter, client.XLen)
+	return row, err
 }
 
 // CheckRedrive: under patterns, dead letters go to retry_to, which must be set.
@@ -164,20 +150,12 @@ func (c *Config) CheckRedrive() error {
 
 // ListDeadLetters reads the dead-letter stream.
 func (c *Config) ListDeadLetters(ctx context.Context, env *transports.Env, q transports.DeadLetterQuery) ([]transports.DeadLetter, int64, error) {
-	client, err := env.Client()
-	if err != nil {
-		return nil, 0, err
-	}
-	return streamdlq.ListDeadLetters(ctx, client, c.DeadLetter, q)
+	return streamdlq.Store{Key: c.DeadLetter}.ListDeadLetters(ctx, env, q)
 }
 
 // PurgeDeadLetters deletes dead letters from the dead-letter stream.
 func (c *Config) PurgeDeadLetters(ctx context.Context, env *transports.Env, q transports.DeadLetterQuery) (int, error) {
-	client, err := env.Client()
-	if err != nil {
-		return 0, err
-	}
-	return streamdlq.Purge(ctx, client, c.DeadLetter, q.Limit, q.Match)
+	return streamdlq.Store{Key: c.DeadLetter}.PurgeDeadLetters(ctx, env, q)
 }
 
 // RedriveDeadLetters publishes dead letters back to their channels: x-original-key, or retry_to

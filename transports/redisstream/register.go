@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/hclutil"
@@ -88,19 +89,9 @@ var delayModes = []string{DelayRuntime, DelayDurableZSet}
 // Decode reads the source block and the pipeline's delayed_retry and delay_key.
 func (c *Config) Decode(b *transports.Block) {
 	a, p := b.Attrs(), b.PipelineAttrs()
-	a.NonEmpty("consumer", &c.Consumer)
-	if c.Consumer == "" || b.ConsumerOverride {
-		c.Consumer = b.Consumer
-	}
-	c.Batch = DefaultBatch
-	a.Count("batch", &c.Batch)
-	c.Block = DefaultBlock
-	a.Duration("block", &c.Block)
+	b.DecodeReader(&c.Consumer, &c.Batch, DefaultBatch, &c.Block, DefaultBlock)
 
-	if s := a.Get("stream"); s != nil {
-		c.streamRange = s.Expr.Range()
-	}
-	a.NonEmpty("stream", &c.Stream)
+	a.NonEmptyAt("stream", &c.Stream, &c.streamRange)
 	c.Group = b.Pipeline.Name
 	a.NonEmpty("group", &c.Group)
 	c.Start = DefaultStart
@@ -125,12 +116,9 @@ func (c *Config) Decode(b *transports.Block) {
 			c.DelayedRetry = mode
 		}
 	}
-	if dk := p.Get("delay_key"); dk != nil {
-		p.NonEmpty("delay_key", &c.DelayKey)
+	if dk := p.NonEmptyOnly("delay_key", &c.DelayKey, c.DelayedRetry == DelayDurableZSet,
+		`"delay_key" is only used with delayed_retry = "durable_zset".`); dk != nil {
 		c.delayKeyRange = dk.Expr.Range().Ptr()
-		if c.DelayedRetry != DelayDurableZSet {
-			b.Report(transports.Unsupported(dk, `"delay_key" is only used with delayed_retry = "durable_zset".`))
-		}
 	}
 	if c.DelayedRetry == DelayDurableZSet && c.DelayKey == "" && c.Stream != "" {
 		c.DelayKey = c.Stream + DelayKeySuffix
@@ -164,15 +152,9 @@ func (o Options) capabilities() engine.Capabilities {
 
 // Build returns the source, reading with the client of its redis block.
 func (c *Config) Build(_ context.Context, env *transports.Env) (engine.Source, error) {
-	client, err := env.Client()
-	if err != nil {
-		return nil, err
-	}
-	s, err := New(client, c.Options, env.Logger)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return transports.BuildOnClient(env, func(client redis.UniversalClient) (*Source, error) {
+		return New(client, c.Options, env.Logger)
+	})
 }
 
 // CheckCluster: a durable_zset delay queue must share its stream's slot, since one script moves
@@ -241,15 +223,8 @@ func (c *Config) Inspect(ctx context.Context, env *transports.Env) (transports.S
 			row.NextDue = &d.NextDue
 		}
 	}
-	if c.DeadLetter != "" {
-		row.DeadLetter = c.DeadLetter
-		n, err := client.XLen(ctx, c.DeadLetter).Result()
-		if err != nil {
-			return row, fmt.Errorf("dead letters %s: %w", c.DeadLetter, err)
-		}
-		row.DeadLetters = &n
-	}
-	return row, nil
+	err = row.CountDeadLetters(ctx, c.DeadLetter, client.XLen)
+	return row, err
 }
 
 // CheckRedrive: a stream's dead letters can always go back to it.
@@ -257,11 +232,7 @@ func (c *Config) CheckRedrive() error { return nil }
 
 // ListDeadLetters reads the dead-letter stream (streamdlq.ListDeadLetters).
 func (c *Config) ListDeadLetters(ctx context.Context, env *transports.Env, q transports.DeadLetterQuery) ([]transports.DeadLetter, int64, error) {
-	client, err := env.Client()
-	if err != nil {
-		return nil, 0, err
-	}
-	return streamdlq.ListDeadLetters(ctx, client, c.DeadLetter, q)
+	return streamdlq.Store{Key: c.DeadLetter}.ListDeadLetters(ctx, env, q)
 }
 
 // RedriveDeadLetters moves dead letters back onto the stream (streamdlq.Redrive).
@@ -276,9 +247,5 @@ func (c *Config) RedriveDeadLetters(ctx context.Context, env *transports.Env, q 
 
 // PurgeDeadLetters deletes dead letters from the dead-letter stream (streamdlq.Purge).
 func (c *Config) PurgeDeadLetters(ctx context.Context, env *transports.Env, q transports.DeadLetterQuery) (int, error) {
-	client, err := env.Client()
-	if err != nil {
-		return 0, err
-	}
-	return streamdlq.Purge(ctx, client, c.DeadLetter, q.Limit, q.Match)
+	return streamdlq.Store{Key: c.DeadLetter}.PurgeDeadLetters(ctx, env, q)
 }
