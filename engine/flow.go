@@ -814,12 +814,20 @@ func (fs *flowStage) nextPoll() time.Duration {
 func (fs *flowStage) backoff() time.Duration { return 200 * time.Millisecond }
 
 // flushUnreleased passes on the decisions whose leases could not be released before the end
-// of the grace period: the leases expire by themselves.
+// of the grace period: the leases expire by themselves. An ack or drop whose dedupe key was not
+// marked done is left unsettled instead: the mark goes before the acknowledgement.
 func (fs *flowStage) flushUnreleased() {
 	for _, fd := range fs.releases {
-		if !fd.returned && !fd.passed {
-			fs.decisions <- fd.dec
+		if fd.returned || fd.passed {
+			continue
 		}
+		if fs.f.Dedupe != nil && (fd.dec.Label == KindAck.String() || fd.dec.Label == KindDrop.String()) {
+			fs.r.log.Error().Str(FieldKey, fd.d.Key).Str(FieldID, fd.d.ID).
+				Msg("flow control: dedupe key not marked done by the end of the grace period: delivery left unsettled, it comes back by its source's rules")
+			fs.leaveUnsettled(fd.dec)
+			continue
+		}
+		fs.decisions <- fd.dec
 	}
 	fs.releases = nil
 }

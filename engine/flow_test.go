@@ -451,7 +451,8 @@ func TestFlowThrottleShortPeriod(t *testing.T) {
 // a permanent fault per release, renewal or admission that needs it, the rest carried out.
 type badKeyStore struct {
 	*MemFlowStore
-	bad string
+	bad       string
+	renewOnly bool // only renewals fail (the key went bad after its admission)
 }
 
 func (b *badKeyStore) fault(i int, key string) Fault {
@@ -465,7 +466,7 @@ func (b *badKeyStore) Round(ctx context.Context, r *FlowRound) error {
 	var relIdx, admIdx []int
 	var relF, renF, admF []Fault
 	for i, x := range r.Releases {
-		if x.Dedupe == b.bad || x.Conc == b.bad {
+		if !b.renewOnly && (x.Dedupe == b.bad || x.Conc == b.bad) {
 			relF = append(relF, b.fault(i, b.bad))
 			continue
 		}
@@ -480,7 +481,7 @@ func (b *badKeyStore) Round(ctx context.Context, r *FlowRound) error {
 		in.Renews = append(in.Renews, x)
 	}
 	for i, a := range r.Admits {
-		if a.Dedupe == b.bad || a.Conc == b.bad {
+		if !b.renewOnly && (a.Dedupe == b.bad || a.Conc == b.bad) {
 			admF = append(admF, b.fault(i, b.bad))
 			continue
 		}
@@ -602,5 +603,92 @@ func TestFlowUnwritableKeyCountsAsRetry(t *testing.T) {
 	}
 	if c := strings.Count(logs.String(), `"level":"error","error":"NOPERM`); c != 1 {
 		t.Fatalf("logged at error %d times, want once:\n%s", c, logs.String())
+	}
+}
+
+// downAfterAdmit admits, then fails every round (Redis went away while handlers ran).
+type downAfterAdmit struct {
+	*MemFlowStore
+	down atomic.Bool
+}
+
+func (s *downAfterAdmit) Round(ctx context.Context, r *FlowRound) error {
+	if s.down.Load() {
+		return errors.New("dial tcp: connection refused")
+	}
+	err := s.MemFlowStore.Round(ctx, r)
+	for _, v := range r.Verdicts {
+		if v.Kind == FlowAdmitted {
+			s.down.Store(true)
+		}
+	}
+	return err
+}
+
+// A store that stays down until the grace period ends: an ack whose dedupe key was not marked
+// done is not sent (the mark goes before the acknowledgement); the delivery is left unsettled.
+func TestFlowDoneMarkNeverWrittenWithholdsTheAck(t *testing.T) {
+	src := &faultySource{fakeSource: fakeSource{caps: Capabilities{Ack: true}, deliveries: keyed(1, "a"), infinite: true}}
+	store := &downAfterAdmit{MemFlowStore: NewMemFlowStore()}
+	ran := make(chan struct{})
+	p := pipeline(src, func(context.Context, *Delivery) Result {
+		close(ran)
+		return Result{Outcome: Ack()}
+	})
+	p.ShutdownTimeout = 300 * time.Millisecond
+	p.Flow = &Flow{Dedupe: &Dedupe{Key: headerKey("k"), Window: time.Hour}, Store: store}
+	var logs syncBuf
+	p.Logger = zerolog.New(&logs)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-ran
+		// The stop comes once the release round has failed.
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end) && !strings.Contains(logs.String(), "store round failed"); {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	if err := run(t, ctx, Options{}, p); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	settled, _, _ := src.snapshot()
+	src.rmu.Lock()
+	released := len(src.released)
+	src.rmu.Unlock()
+	if len(settled) != 0 || released != 1 {
+		t.Fatalf("settled %d, released %d: want the ack withheld and the delivery left unsettled", len(settled), released)
+	}
+	for _, want := range []string{"store round failed; retrying with backoff", "not marked done by the end of the grace period"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Fatalf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+}
+
+// A renewal that fails for good is logged once and counted; the handler goes on and its
+// decision is settled.
+func TestFlowUnrenewableLeaseIsLogged(t *testing.T) {
+	src := &faultySource{fakeSource: fakeSource{caps: Capabilities{Ack: true}, deliveries: keyed(4, "a", "b"), batch: 4}}
+	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
+		time.Sleep(100 * time.Millisecond) // several renewals (lease 60ms: every 20ms)
+		return Result{Outcome: Ack()}
+	})
+	p.Flow = &Flow{Concurrency: &ConcurrencyKey{Key: headerKey("k"), Limit: 1}, Lease: 60 * time.Millisecond,
+		Store: &badKeyStore{MemFlowStore: NewMemFlowStore(), bad: "c:b", renewOnly: true}}
+	var logs syncBuf
+	p.Logger = zerolog.New(&logs)
+	m := &failMetrics{}
+	if err := run(t, context.Background(), Options{Metrics: m}, p); err != nil {
+		t.Fatal(err)
+	}
+	if settled, _, _ := src.snapshot(); len(settled) != 4 {
+		t.Fatalf("settled %d, want 4", len(settled))
+	}
+	if m.count("noperm") == 0 {
+		t.Fatal("renewal failures not counted")
+	}
+	lines := logs.String()
+	if c := strings.Count(lines, `"level":"error","error":"NOPERM`); c != 1 || !strings.Contains(lines, "renewing a running delivery's lease failed permanently") {
+		t.Fatalf("want one error line for the renewal:\n%s", lines)
 	}
 }
