@@ -104,6 +104,11 @@ local function admit(tok, d, c, cl, th, tl, tp)
   if d then
     local cur = redis.call('SET', d, 'run:' .. tok, 'NX', 'GET', 'PX', lease)
     if cur == 'done' then return -2 end
+    if cur and string.sub(cur, 1, 4) ~= 'run:' then
+      -- Not a claim or a mark: something else wrote the key, which would otherwise hold its
+      -- deliveries back for ever, silently.
+      error({err = 'WRONGTYPE ' .. d .. ' holds a value flowrun did not write'})
+    end
     if cur and cur ~= 'run:' .. tok then return math.max(redis.call('PTTL', d), 0) end
   end
   local v = -1
@@ -305,6 +310,10 @@ func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 			verdict[i] = -2
 		case old == "run:"+r.Admits[i].Token:
 			verdict[i] = -1 // a round sent again: the claim is its own
+		case !strings.HasPrefix(old, "run:"):
+			// Not a claim or a mark (see admitScript).
+			r.AdmitFaults = append(r.AdmitFaults, redisconn.Fault(i, "set", s.prefix+r.Admits[i].Dedupe,
+				redisconn.ServerError("WRONGTYPE "+s.prefix+r.Admits[i].Dedupe+" holds a value flowrun did not write")))
 		default:
 			verdict[i] = 0 // another delivery runs it; poll
 		}

@@ -343,6 +343,17 @@ func TestWrongTypeKeyFailsOnlyItsOwn(t *testing.T) {
 	if len(r.AdmitFaults) != 2 {
 		t.Fatalf("admission faults %+v", r.AdmitFaults)
 	}
+	// A dedupe key holding a string flowrun did not write (neither a claim nor "done") would
+	// hold its deliveries back for ever: it fails them, for good, as a wrong type.
+	c.Set(ctx, "flowrun:{wt}:d:str", "x", 0)
+	r = &engine.FlowRound{Admits: []engine.FlowAdmit{dd("11", "str"), {Token: "12", Dedupe: "d:str", Conc: "c:z", ConcLimit: 1}, conc("13", "y", 1)}}
+	same(t, "foreign value", round(t, s, r), W, W, A)
+	for i := range 2 {
+		if fs := faultAt(r.AdmitFaults, i); len(fs) != 1 || fs[0].Reason != "wrongtype" || !fs[0].Permanent ||
+			!strings.Contains(fs[0].Err.Error(), "holds a value flowrun did not write") {
+			t.Fatalf("admission %d: faults %+v, want wrongtype", i, fs)
+		}
+	}
 	// The admissions beside the bad one hold their leases once each.
 	for k, tok := range map[string]string{"flowrun:{wt}:c:a": "3", "flowrun:{wt}:c:b": "6"} {
 		if m := c.ZRange(ctx, k, 0, -1).Val(); !slices.Equal(m, []string{tok}) {
