@@ -143,3 +143,75 @@ func TestMaxHeldBoundsHeldCopies(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 }
+
+// A flow-control key that can never be written stalls only the deliveries that need it (SPEC
+// §13, SPEC §10 "Settlement failures"): the concurrency key of "bad" holds a string, so its
+// admissions fail with WRONGTYPE. They count as retry (max_attempts 1: a dead letter, nothing
+// lost), logged at error once with the command, the key and Redis's own text, and counted in
+// flowrun_settle_failures_total; every other key goes on being admitted, handled and acked.
+func TestFlowUnwritableKeyNeverStallsThePipeline(t *testing.T) {
+	e := newStreamEnv(t)
+	e.rdb.Set(e.ctx, "flowrun:{jobs}:c:bad", "not a sorted set", 0)
+	const n = 60
+	cfg := e.streamConfig(streamPipeline("stream", "    batch = 20\n", `  concurrency = 4
+  max_attempts = 1
+  dead_letter = "jobs.dlq"
+  concurrency_key {
+    key   = "headers['k']"
+    limit = 1
+  }
+`, `
+  rule "ok" {
+    emit "stream" {
+      key = "done"
+    }
+    outcome = "ack"
+  }
+`))
+	for i := 1; i <= n; i++ {
+		k := "good-" + strconv.Itoa(i%5)
+		if i%10 == 0 {
+			k = "bad"
+		}
+		e.streamXAdd("jobs", "k", k, "payload", fmt.Sprintf(`{"n":%d}`, i))
+	}
+	addr := freeAddr(t)
+	p := start(t, "run", "--http-addr", addr, cfg)
+	eventually(t, streamDeadline, "good keys handled, bad ones dead-lettered, nothing pending", func() bool {
+		return e.streamXLen("done") == n-n/10 && e.streamXLen("jobs.dlq") == n/10 && e.streamPendingCount() == 0
+	})
+	for _, m := range e.rdb.XRange(e.ctx, "jobs.dlq", "-", "+").Val() {
+		if streamField(m, "k") != "bad" {
+			t.Errorf("dead letter of key %q", streamField(m, "k"))
+		}
+	}
+	_, metrics := httpGet("http://" + addr + "/metrics")
+	m := regexp.MustCompile(`flowrun_settle_failures_total\{pipeline="jobs",reason="wrongtype"\} (\d+)`).FindStringSubmatch(metrics)
+	if m == nil {
+		t.Fatalf("no wrongtype settle failures in /metrics:\n%s", grepLines(metrics, "settle"))
+	}
+	if got, _ := strconv.Atoi(m[1]); got < n/10 {
+		t.Errorf("settle failures counted %d, want at least %d", got, n/10)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(15 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	logs := p.err.String()
+	lines := grepLines(logs, "admission failed permanently")
+	if c := strings.Count(lines, `"level":"error"`); c != 1 {
+		t.Errorf("logged at error %d times, want once per pipeline, command, key and reason:\n%s", c, lines)
+	}
+	for _, want := range []string{`"command":"evalsha"`, `"key":"flowrun:{jobs}:c:bad"`, "WRONGTYPE Operation against a key holding the wrong kind of value"} {
+		if !strings.Contains(lines, want) {
+			t.Errorf("error log lacks %s:\n%s", want, lines)
+		}
+	}
+	if strings.Contains(logs, "store round failed") {
+		t.Errorf("a permanent fault failed whole rounds:\n%s", grepLines(logs, "store round failed"))
+	}
+	// The key that could not be written is left as it was.
+	if v := e.rdb.Get(e.ctx, "flowrun:{jobs}:c:bad").Val(); v != "not a sorted set" {
+		t.Errorf("bad key now %q", v)
+	}
+}

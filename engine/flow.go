@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -69,9 +70,11 @@ type flowStage struct {
 	seq         uint64
 	closedIn    bool
 	stopped     bool
-	failing     bool
-	poll        time.Duration
-	renewAt     time.Time
+	failing     bool // the store fails whole rounds (logged once)
+	// logged remembers the permanent faults logged at error (once per command, key, reason).
+	logged  map[faultKey]struct{}
+	poll    time.Duration
+	renewAt time.Time
 	// A throttled stage sends no admission round before admitAt unless every handler is free
 	// (see linger); rtt is the last round's duration.
 	admitAt time.Time
@@ -113,6 +116,7 @@ type flowDone struct {
 	returned bool // handed back to the source at a stop, never run
 	passed   bool // its decision went to the settler already
 	late     bool // taken by a worker after its start deadline, not run
+	failed   bool // its admission failed permanently (logged and counted then), never run
 }
 
 func newFlowStage(r *runner, f *Flow, q *Queue, returner Returner, decisions chan<- Decision) *flowStage {
@@ -157,6 +161,7 @@ func newFlowStage(r *runner, f *Flow, q *Queue, returner Returner, decisions cha
 		running:     map[*Delivery]*flowTicket{},
 		localConc:   map[string]int{},
 		localDedupe: map[string]bool{},
+		logged:      map[faultKey]struct{}{},
 		slots:       slots,
 		prefix:      hex.EncodeToString(b[:]) + ":",
 		poll:        flowPollMin,
@@ -584,11 +589,22 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 		return true
 	}
 	if err := fs.f.Store.Round(ctx, r); err != nil {
+		// The whole round failed (a lost connection, a failover): it is sent again after a
+		// backoff, and until then nothing is admitted, and no decision waiting for its release
+		// goes on. Logged once until a round succeeds again.
 		fs.admitAt = time.Time{}
 		fs.r.metrics.SourceError()
 		if !fs.failing {
 			fs.failing = true
-			fs.r.log.Warn().Err(err).Msg("flow control: store round failed; retrying with backoff")
+			ev := fs.r.log.Warn()
+			var f Fault
+			if errors.As(err, &f) {
+				if f.Permanent {
+					ev = fs.r.log.Error()
+				}
+				ev = ev.Str("reason", f.Reason)
+			}
+			ev.Err(err).Msg("flow control: store round failed; retrying with backoff")
 		}
 		return false
 	}
@@ -598,19 +614,38 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 		fs.r.log.Info().Msg("flow control: store recovered")
 	}
 
-	// Releases are done: their decisions go to the settler.
+	// Releases are done: their decisions go to the settler. One whose dedupe key could not be
+	// marked done is left unsettled instead (the mark goes before the acknowledgement); a lease
+	// or claim that could not be let go expires by itself.
 	fs.releases = fs.releases[len(rel):]
-	for _, fd := range rel {
+	relFaults := faultsByIndex(r.ReleaseFaults, len(rel))
+	for i, fd := range rel {
 		if t := fs.running[fd.d]; t != nil {
 			fs.unhold(t.lease)
 		}
 		delete(fs.running, fd.d)
+		if fl := faultsAt(relFaults, i); len(fl) > 0 && !fd.failed {
+			fs.r.metrics.SettleFailure(fl[0].Reason)
+			if r.Releases[i].Window > 0 && !fd.passed {
+				fs.logPermanent(fd.d, fl, "flow control: marking a dedupe key done failed permanently: delivery left unsettled (not acknowledged), it comes back by its source's rules")
+				fs.leaveUnsettled(fd.dec)
+				continue
+			}
+			fs.logPermanent(fd.d, fl, "flow control: releasing a lease failed permanently: the key stays taken until the lease expires")
+		}
 		if !fd.returned && !fd.passed {
 			fs.decisions <- fd.dec
 		}
 	}
 	if len(r.Renews) > 0 {
 		fs.renewAt = now.Add(fs.lease / 3)
+		renewFaults := faultsByIndex(r.RenewFaults, len(renewing))
+		for i, fl := range renewFaults {
+			if len(fl) > 0 {
+				fs.r.metrics.SettleFailure(fl[0].Reason)
+				fs.logPermanent(renewing[i], fl, "flow control: renewing a running delivery's lease failed permanently: it may expire while the handler runs, and its key run twice")
+			}
+		}
 		for _, i := range r.Lost {
 			d := renewing[i]
 			fs.r.log.Warn().Str(FieldKey, d.Key).Str(FieldID, d.ID).
@@ -623,9 +658,15 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 
 	progressed := false
 	keep := fs.parked[:0]
+	admitFaults := faultsByIndex(r.AdmitFaults, asked)
 	for _, w := range fs.parked {
 		if asked == 0 || w.ask < 0 {
 			keep = append(keep, w)
+			continue
+		}
+		if fl := faultsAt(admitFaults, w.ask); len(fl) > 0 {
+			progressed = true
+			fs.admitFailed(w, fl, now)
 			continue
 		}
 		v := r.Verdicts[w.ask]
@@ -674,6 +715,77 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 	return true
 }
 
+// admitFailed decides a delivery whose admission failed permanently (a flow key it needs can
+// never be written): like a key expression that fails, it counts as retry, so the policy's
+// backoff and attempt cap apply and nothing is lost; the part of its lease or claim that may
+// have been taken is released first.
+func (fs *flowStage) admitFailed(w *flowWait, fl []Fault, now time.Time) {
+	fs.r.metrics.SettleFailure(fl[0].Reason)
+	fs.logPermanent(w.d, fl, "flow control: admission failed permanently: the delivery counts as retry")
+	if !w.again {
+		l := FlowLease{Token: w.admit.Token, Conc: w.admit.Conc, Dedupe: w.admit.Dedupe}
+		fs.running[w.d] = &flowTicket{at: now, lease: l, admit: w.admit}
+		fs.hold(l)
+	}
+	err := fmt.Errorf("flow control: %w", fl[0])
+	fs.r.tally.read.Add(1)
+	dec := fs.r.policy.Decide(w.d, Retry(), err, now)
+	dec.Cause = err
+	fs.r.logDecision(w.d, dec, err)
+	fs.q.Unhold(1)
+	fs.releases = append(fs.releases, flowDone{d: w.d, dec: dec, failed: true})
+}
+
+// logPermanent logs a delivery's permanent store faults at error once per command, key and
+// reason (the settler's rule, SPEC §10), later ones at debug.
+func (fs *flowStage) logPermanent(d *Delivery, fl []Fault, msg string) {
+	for _, f := range fl {
+		k := faultKey{f.Command, f.Key, f.Reason}
+		if _, ok := fs.logged[k]; ok {
+			fs.r.log.Debug().Err(f).Str(FieldKey, d.Key).Str(FieldID, d.ID).Msg(msg)
+			continue
+		}
+		if len(fs.logged) < maxLoggedFaults {
+			fs.logged[k] = struct{}{}
+		}
+		fs.r.log.Error().Err(f.Err).Str("command", f.Command).Str(FieldKey, f.Key).Str("reason", f.Reason).
+			Str("source_key", d.Key).Str(FieldID, d.ID).Msg(msg)
+	}
+}
+
+// leaveUnsettled gives up on a decision as the settler does after a permanent failure: the
+// source forgets the delivery, and its own rules bring it back.
+func (fs *flowStage) leaveUnsettled(d Decision) {
+	if d.Span != nil {
+		d.Span.End(d.Label, errAbandoned)
+	}
+	if rel, ok := fs.r.p.Source.(Releaser); ok && d.Settlement.Delivery != nil {
+		rel.Release(d.Settlement)
+	}
+}
+
+// faultsByIndex groups faults by their index below n; nil when there are none (read it with
+// faultsAt: rounds without faults allocate nothing).
+func faultsByIndex(fs []Fault, n int) [][]Fault {
+	if len(fs) == 0 {
+		return nil
+	}
+	out := make([][]Fault, n)
+	for _, f := range fs {
+		if f.Index >= 0 && f.Index < n {
+			out[f.Index] = append(out[f.Index], f)
+		}
+	}
+	return out
+}
+
+func faultsAt(ff [][]Fault, i int) []Fault {
+	if ff == nil {
+		return nil
+	}
+	return ff[i]
+}
+
 // hold and unhold count the keys this process's running deliveries hold.
 func (fs *flowStage) hold(l FlowLease) {
 	if l.Conc != "" {
@@ -702,12 +814,20 @@ func (fs *flowStage) nextPoll() time.Duration {
 func (fs *flowStage) backoff() time.Duration { return 200 * time.Millisecond }
 
 // flushUnreleased passes on the decisions whose leases could not be released before the end
-// of the grace period: the leases expire by themselves.
+// of the grace period: the leases expire by themselves. An ack or drop whose dedupe key was not
+// marked done is left unsettled instead: the mark goes before the acknowledgement.
 func (fs *flowStage) flushUnreleased() {
 	for _, fd := range fs.releases {
-		if !fd.returned && !fd.passed {
-			fs.decisions <- fd.dec
+		if fd.returned || fd.passed {
+			continue
 		}
+		if fs.f.Dedupe != nil && (fd.dec.Label == KindAck.String() || fd.dec.Label == KindDrop.String()) {
+			fs.r.log.Error().Str(FieldKey, fd.d.Key).Str(FieldID, fd.d.ID).
+				Msg("flow control: dedupe key not marked done by the end of the grace period: delivery left unsettled, it comes back by its source's rules")
+			fs.leaveUnsettled(fd.dec)
+			continue
+		}
+		fs.decisions <- fd.dec
 	}
 	fs.releases = nil
 }

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // headerKey is a KeyFunc reading one header; a missing header fails, as a key expression may.
@@ -441,5 +444,251 @@ func TestFlowThrottleShortPeriod(t *testing.T) {
 	}
 	if el := time.Since(begin); el < 4*period-5*time.Millisecond {
 		t.Fatalf("10 starts at 2 per %v took only %v", period, el)
+	}
+}
+
+// badKeyStore is an in-process store whose one key can never be written, as Redis reports it:
+// a permanent fault per release, renewal or admission that needs it, the rest carried out.
+type badKeyStore struct {
+	*MemFlowStore
+	bad       string
+	renewOnly bool // only renewals fail (the key went bad after its admission)
+}
+
+func (b *badKeyStore) fault(i int, key string) Fault {
+	return Fault{Index: i, Command: "evalsha", Key: key, Reason: "noperm", Permanent: true,
+		Err: errors.New("NOPERM this user has no permissions to access the '" + key + "' key")}
+}
+
+func (b *badKeyStore) Round(ctx context.Context, r *FlowRound) error {
+	in := *r
+	in.Releases, in.Renews, in.Admits = nil, nil, nil
+	var relIdx, admIdx []int
+	var relF, renF, admF []Fault
+	for i, x := range r.Releases {
+		if !b.renewOnly && (x.Dedupe == b.bad || x.Conc == b.bad) {
+			relF = append(relF, b.fault(i, b.bad))
+			continue
+		}
+		relIdx = append(relIdx, i)
+		in.Releases = append(in.Releases, x)
+	}
+	for i, x := range r.Renews {
+		if x.Dedupe == b.bad || x.Conc == b.bad {
+			renF = append(renF, b.fault(i, b.bad))
+			continue
+		}
+		in.Renews = append(in.Renews, x)
+	}
+	for i, a := range r.Admits {
+		if !b.renewOnly && (a.Dedupe == b.bad || a.Conc == b.bad) {
+			admF = append(admF, b.fault(i, b.bad))
+			continue
+		}
+		admIdx = append(admIdx, i)
+		in.Admits = append(in.Admits, a)
+	}
+	if err := b.MemFlowStore.Round(ctx, &in); err != nil {
+		return err
+	}
+	r.Verdicts = make([]FlowVerdict, len(r.Admits))
+	for j, i := range admIdx {
+		r.Verdicts[i] = in.Verdicts[j]
+	}
+	r.Lost = nil
+	r.ReleaseFaults, r.RenewFaults, r.AdmitFaults = relF, renF, admF
+	return nil
+}
+
+// A dedupe key whose done mark can never be written (SPEC §10 "Settlement failures"): its
+// deliveries are left unsettled (released to the source, not acknowledged), logged at error
+// once, counted; every other key goes on. The mark goes before the acknowledgement.
+func TestFlowUnwritableDoneMarkLeavesTheDeliveryUnsettled(t *testing.T) {
+	src := &faultySource{fakeSource: fakeSource{caps: Capabilities{Ack: true}, deliveries: keyed(30, "a", "b", "c"), batch: 10}}
+	store := &badKeyStore{MemFlowStore: NewMemFlowStore(), bad: "d:b"}
+	p := pipeline(src, func(context.Context, *Delivery) Result { return Result{Outcome: Ack()} })
+	// The claim of "b" is made, the mark fails: the in-process store takes the claim, only the
+	// release of it with a window is refused.
+	p.Flow = &Flow{Dedupe: &Dedupe{Key: headerKey("k"), Window: time.Hour}, Store: &markFails{badKeyStore: store}, Lease: 30 * time.Millisecond}
+	var logs syncBuf
+	p.Logger = zerolog.New(&logs)
+	m := &failMetrics{}
+	if err := run(t, context.Background(), Options{Metrics: m}, p); err != nil {
+		t.Fatal(err)
+	}
+	settled, _, _ := src.snapshot()
+	for _, s := range settled {
+		if s.Delivery.Headers["k"] == "b" {
+			t.Fatalf("a delivery whose done mark failed was settled (%v)", s.Action)
+		}
+	}
+	if len(settled) != 20 {
+		t.Fatalf("settled %d, want the 20 of a and c (handled once each, the rest duplicates)", len(settled))
+	}
+	src.rmu.Lock()
+	released := len(src.released)
+	src.rmu.Unlock()
+	if released == 0 || m.count("noperm") != released {
+		t.Fatalf("released %d, counted %d: want every unmarked delivery left unsettled and counted", released, m.count("noperm"))
+	}
+	if c := strings.Count(logs.String(), "marking a dedupe key done failed permanently"); c < 1 ||
+		strings.Count(logs.String(), `"level":"error","error":"NOPERM`) != 1 {
+		t.Fatalf("want one error line with Redis's text:\n%s", logs.String())
+	}
+}
+
+// markFails refuses only the release that marks its bad key done.
+type markFails struct{ *badKeyStore }
+
+func (m *markFails) Round(ctx context.Context, r *FlowRound) error {
+	bad := m.bad
+	var relF []Fault
+	rels := r.Releases
+	in := *r
+	in.Releases = nil
+	var idx []int
+	for i, x := range rels {
+		if x.Dedupe == bad && x.Window > 0 {
+			relF = append(relF, m.fault(i, bad))
+			// Its claim is let go as a failed mark leaves it in Redis: until the lease ends.
+			continue
+		}
+		idx = append(idx, i)
+		in.Releases = append(in.Releases, x)
+	}
+	if err := m.MemFlowStore.Round(ctx, &in); err != nil {
+		return err
+	}
+	r.Verdicts, r.Lost, r.ReleaseFaults = in.Verdicts, in.Lost, relF
+	return nil
+}
+
+// A delivery whose admission fails for good (a flow key it needs can never be written) counts
+// as retry: handled by the policy (here a dead letter at max_attempts 1), logged once, counted;
+// the other keys run.
+func TestFlowUnwritableKeyCountsAsRetry(t *testing.T) {
+	src := &faultySource{fakeSource: fakeSource{caps: Capabilities{Ack: true}, deliveries: keyed(30, "a", "b", "c"), batch: 10}}
+	var handled sync.Map
+	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
+		handled.Store(d.Headers["k"], true)
+		return Result{Outcome: Ack()}
+	})
+	p.MaxAttempts = 1
+	p.DeadLetter = "dlq"
+	p.Flow = &Flow{Concurrency: &ConcurrencyKey{Key: headerKey("k"), Limit: 1}, Store: &badKeyStore{MemFlowStore: NewMemFlowStore(), bad: "c:b"}}
+	var logs syncBuf
+	p.Logger = zerolog.New(&logs)
+	m := &failMetrics{}
+	if err := run(t, context.Background(), Options{Metrics: m}, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := handled.Load("b"); ok {
+		t.Fatal("a delivery ran without its admission")
+	}
+	settled, _, _ := src.snapshot()
+	acks, dead := 0, 0
+	for _, s := range settled {
+		switch {
+		case s.Delivery.Headers["k"] == "b" && s.Action == ActDeadLetter:
+			dead++
+		case s.Delivery.Headers["k"] != "b" && s.Action == ActAck:
+			acks++
+		}
+	}
+	if acks != 20 || dead != 10 {
+		t.Fatalf("acked %d (want 20), dead-lettered %d of b (want 10)", acks, dead)
+	}
+	if m.count("noperm") != 10 {
+		t.Fatalf("counted %d, want 10", m.count("noperm"))
+	}
+	if c := strings.Count(logs.String(), `"level":"error","error":"NOPERM`); c != 1 {
+		t.Fatalf("logged at error %d times, want once:\n%s", c, logs.String())
+	}
+}
+
+// downAfterAdmit admits, then fails every round (Redis went away while handlers ran).
+type downAfterAdmit struct {
+	*MemFlowStore
+	down atomic.Bool
+}
+
+func (s *downAfterAdmit) Round(ctx context.Context, r *FlowRound) error {
+	if s.down.Load() {
+		return errors.New("dial tcp: connection refused")
+	}
+	err := s.MemFlowStore.Round(ctx, r)
+	for _, v := range r.Verdicts {
+		if v.Kind == FlowAdmitted {
+			s.down.Store(true)
+		}
+	}
+	return err
+}
+
+// A store that stays down until the grace period ends: an ack whose dedupe key was not marked
+// done is not sent (the mark goes before the acknowledgement); the delivery is left unsettled.
+func TestFlowDoneMarkNeverWrittenWithholdsTheAck(t *testing.T) {
+	src := &faultySource{fakeSource: fakeSource{caps: Capabilities{Ack: true}, deliveries: keyed(1, "a"), infinite: true}}
+	store := &downAfterAdmit{MemFlowStore: NewMemFlowStore()}
+	ran := make(chan struct{})
+	p := pipeline(src, func(context.Context, *Delivery) Result {
+		close(ran)
+		return Result{Outcome: Ack()}
+	})
+	p.ShutdownTimeout = 300 * time.Millisecond
+	p.Flow = &Flow{Dedupe: &Dedupe{Key: headerKey("k"), Window: time.Hour}, Store: store}
+	var logs syncBuf
+	p.Logger = zerolog.New(&logs)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-ran
+		// The stop comes once the release round has failed.
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end) && !strings.Contains(logs.String(), "store round failed"); {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	if err := run(t, ctx, Options{}, p); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	settled, _, _ := src.snapshot()
+	src.rmu.Lock()
+	released := len(src.released)
+	src.rmu.Unlock()
+	if len(settled) != 0 || released != 1 {
+		t.Fatalf("settled %d, released %d: want the ack withheld and the delivery left unsettled", len(settled), released)
+	}
+	for _, want := range []string{"store round failed; retrying with backoff", "not marked done by the end of the grace period"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Fatalf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+}
+
+// A renewal that fails for good is logged once and counted; the handler goes on and its
+// decision is settled.
+func TestFlowUnrenewableLeaseIsLogged(t *testing.T) {
+	src := &faultySource{fakeSource: fakeSource{caps: Capabilities{Ack: true}, deliveries: keyed(4, "a", "b"), batch: 4}}
+	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
+		time.Sleep(100 * time.Millisecond) // several renewals (lease 60ms: every 20ms)
+		return Result{Outcome: Ack()}
+	})
+	p.Flow = &Flow{Concurrency: &ConcurrencyKey{Key: headerKey("k"), Limit: 1}, Lease: 60 * time.Millisecond,
+		Store: &badKeyStore{MemFlowStore: NewMemFlowStore(), bad: "c:b", renewOnly: true}}
+	var logs syncBuf
+	p.Logger = zerolog.New(&logs)
+	m := &failMetrics{}
+	if err := run(t, context.Background(), Options{Metrics: m}, p); err != nil {
+		t.Fatal(err)
+	}
+	if settled, _, _ := src.snapshot(); len(settled) != 4 {
+		t.Fatalf("settled %d, want 4", len(settled))
+	}
+	if m.count("noperm") == 0 {
+		t.Fatal("renewal failures not counted")
+	}
+	lines := logs.String()
+	if c := strings.Count(lines, `"level":"error","error":"NOPERM`); c != 1 || !strings.Contains(lines, "renewing a running delivery's lease failed permanently") {
+		t.Fatalf("want one error line for the renewal:\n%s", lines)
 	}
 }

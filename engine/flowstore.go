@@ -52,6 +52,13 @@ type Dedupe struct {
 // releases, then the renewals, then the admissions in order. Keys are the engine's names for a
 // key value ("c:<value>", "t:<value>", "t", "d:<value>"); "" means none. A store shared
 // between processes (Redis) prefixes them with the pipeline's own namespace.
+//
+// Failures (SPEC §10 "Settlement failures"): a failure that may pass by itself (a lost
+// connection, LOADING, a failover) fails the whole Round, which the engine sends again after a
+// backoff, so every part of a round must be harmless to send twice. A failure that will not
+// pass (NOPERM, WRONGTYPE, a script error) is reported per release, renewal or admission in the
+// round's Faults while the rest of the round is carried out: one key that can never be written
+// never stalls the others. A Round error that is an engine.Fault says why it failed.
 type FlowStore interface {
 	Round(ctx context.Context, r *FlowRound) error
 }
@@ -70,6 +77,11 @@ type FlowRound struct {
 	// Lost lists the indexes of Renews whose lease or claim was gone (it had expired and been
 	// taken over).
 	Lost []int
+	// ReleaseFaults, RenewFaults and AdmitFaults are the permanent failures of a round that
+	// was otherwise carried out; each Fault.Index is into Releases, Renews or Admits (one
+	// index may appear more than once, a command per key). A faulted admission's verdict is
+	// FlowWait, but part of its lease or claim may have been taken: release it.
+	ReleaseFaults, RenewFaults, AdmitFaults []Fault
 }
 
 // FlowLease is what one admitted delivery holds.

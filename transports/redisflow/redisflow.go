@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -103,6 +104,11 @@ local function admit(tok, d, c, cl, th, tl, tp)
   if d then
     local cur = redis.call('SET', d, 'run:' .. tok, 'NX', 'GET', 'PX', lease)
     if cur == 'done' then return -2 end
+    if cur and string.sub(cur, 1, 4) ~= 'run:' then
+      -- Not a claim or a mark: something else wrote the key, which would otherwise hold its
+      -- deliveries back for ever, silently.
+      error({err = 'WRONGTYPE ' .. d .. ' holds a value flowrun did not write'})
+    end
     if cur and cur ~= 'run:' .. tok then return math.max(redis.call('PTTL', d), 0) end
   end
   local v = -1
@@ -184,7 +190,7 @@ func (s *Store) Round(ctx context.Context, r *engine.FlowRound) error {
 		// time, not a token) is then counted twice: stricter for one period, never looser.
 		for _, sc := range []*redis.Script{admitScript, renewScript, dropClaimScript} {
 			if err := loadScript(ctx, s.c, sc); err != nil {
-				return fmt.Errorf("redisflow: load script: %w", err)
+				return fmt.Errorf("redisflow: load script: %w", redisconn.Fault(-1, "script|load", s.prefix, err))
 			}
 		}
 		return s.round(ctx, r)
@@ -194,63 +200,46 @@ func (s *Store) Round(ctx context.Context, r *engine.FlowRound) error {
 
 func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 	lease := ms(r.Lease)
+	r.ReleaseFaults, r.RenewFaults, r.AdmitFaults = r.ReleaseFaults[:0], r.RenewFaults[:0], r.AdmitFaults[:0]
 	p := s.c.Pipeline()
-	for _, x := range r.Releases {
+	type sent struct {
+		index        int
+		command, key string
+		cmd          redis.Cmder
+	}
+	var releases []sent
+	for i, x := range r.Releases {
 		if x.Conc != "" {
-			p.ZRem(ctx, s.prefix+x.Conc, x.Token)
+			releases = append(releases, sent{i, "zrem", s.prefix + x.Conc, p.ZRem(ctx, s.prefix+x.Conc, x.Token)})
 		}
 		switch {
 		case x.Dedupe == "":
 		case x.Window > 0:
 			// Written whoever holds the claim by now: the message succeeded, so any copy is a
 			// duplicate.
-			p.Set(ctx, s.prefix+x.Dedupe, "done", x.Window)
+			releases = append(releases, sent{i, "set", s.prefix + x.Dedupe, p.Set(ctx, s.prefix+x.Dedupe, "done", x.Window)})
 		default:
-			dropClaimScript.EvalSha(ctx, p, []string{s.prefix + x.Dedupe}, x.Token)
+			releases = append(releases, sent{i, "evalsha", s.prefix + x.Dedupe,
+				dropClaimScript.EvalSha(ctx, p, []string{s.prefix + x.Dedupe}, x.Token)})
 		}
 	}
 	renews := make([]*redis.Cmd, len(r.Renews))
 	for i, x := range r.Renews {
-		keys, which := make([]string, 0, 2), ""
-		if x.Conc != "" {
-			keys, which = append(keys, s.prefix+x.Conc), which+"c"
-		}
-		if x.Dedupe != "" {
-			keys, which = append(keys, s.prefix+x.Dedupe), which+"d"
-		}
-		renews[i] = renewScript.EvalSha(ctx, p, keys, x.Token, which, lease)
+		renews[i] = renewScript.EvalSha(ctx, p, s.leaseKeys(x.Conc, x.Dedupe), x.Token, renewWhich(x), lease)
 	}
 	n := min(len(r.Admits), max(r.Max, 0))
 	claims := make([]*redis.StatusCmd, n) // dedupe alone: SET NX GET claims the key and says what held it
-	var keys []string
-	params := []any{lease} // two per key
-	index := map[string]int{}
-	ix := func(k string, limit int, period time.Duration) int {
-		if k == "" {
-			return 0
-		}
-		i, ok := index[k]
-		if !ok {
-			keys = append(keys, s.prefix+k)
-			params = append(params, limit, ms(period))
-			i = len(keys)
-			index[k] = i
-		}
-		return i
-	}
-	scripted := make([]int, 0, n) // indexes of the admissions the script decides
-	var args []any
+	scripted := make([]int, 0, n)         // indexes of the admissions the script decides
 	for i, a := range r.Admits[:n] {
 		if a.Conc == "" && a.Throttle == "" {
 			claims[i] = p.SetArgs(ctx, s.prefix+a.Dedupe, "run:"+a.Token, redis.SetArgs{Mode: "NX", Get: true, TTL: r.Lease})
 			continue
 		}
 		scripted = append(scripted, i)
-		args = append(args, a.Token, ix(a.Dedupe, 0, 0), ix(a.Conc, a.ConcLimit, 0), ix(a.Throttle, a.ThrottleLimit, a.Period))
 	}
 	var script *redis.Cmd
 	if len(scripted) > 0 {
-		script = admitScript.EvalSha(ctx, p, keys, append(params, args...)...)
+		script = s.admit(ctx, p, lease, r.Admits, scripted)
 	}
 	cmds, err := p.Exec(ctx)
 	for _, c := range cmds {
@@ -258,39 +247,73 @@ func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 			return errNoScript
 		}
 	}
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("redisflow: round on %s: %w", s.prefix, err)
+	// A failure that passes by itself fails the round: the engine sends it again (every part
+	// of a round is harmless twice). One that will not is reported for its own release,
+	// renewal or admission, and the rest of the round counts.
+	failed := false
+	fault := func(faults *[]engine.Fault, index int, command, key string, err error) error {
+		if err == nil || errors.Is(err, redis.Nil) {
+			return nil
+		}
+		failed = true
+		f := redisconn.Fault(index, command, key, err)
+		if !f.Permanent {
+			return fmt.Errorf("redisflow: round on %s: %w", s.prefix, f)
+		}
+		*faults = append(*faults, f)
+		return nil
 	}
-	r.Lost = r.Lost[:0]
+	for _, x := range releases {
+		if err := fault(&r.ReleaseFaults, x.index, x.command, x.key, x.cmd.Err()); err != nil {
+			return err
+		}
+	}
 	for i, c := range renews {
-		if v, _ := c.Int64(); v == 0 {
-			r.Lost = append(r.Lost, i)
-		}
-	}
-	verdict := make([]int64, n)
-	if script != nil {
-		vs, err := script.Int64Slice()
-		if err != nil || len(vs) != len(scripted) {
-			return fmt.Errorf("redisflow: admit on %s: %d verdicts for %d admissions: %v", s.prefix, len(vs), len(scripted), err)
-		}
-		for j, i := range scripted {
-			verdict[i] = vs[j]
+		x := r.Renews[i]
+		if err := fault(&r.RenewFaults, i, "evalsha", strings.Join(s.leaseKeys(x.Conc, x.Dedupe), " "), c.Err()); err != nil {
+			return err
 		}
 	}
 	for i, c := range claims {
 		if c == nil {
 			continue
 		}
+		if err := fault(&r.AdmitFaults, i, "set", s.prefix+r.Admits[i].Dedupe, c.Err()); err != nil {
+			return err
+		}
+	}
+	verdict := make([]int64, n)
+	if script != nil {
+		if err := s.verdicts(ctx, r, lease, script, scripted, verdict); err != nil {
+			return err
+		}
+		failed = failed || script.Err() != nil
+	}
+	if err != nil && !failed && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("redisflow: round on %s: %w", s.prefix, redisconn.Fault(-1, "pipeline", s.prefix, err))
+	}
+	r.Lost = r.Lost[:0]
+	for i, c := range renews {
+		if v, err := c.Int64(); v == 0 && err == nil {
+			r.Lost = append(r.Lost, i)
+		}
+	}
+	for i, c := range claims {
+		if c == nil || c.Err() != nil && !errors.Is(c.Err(), redis.Nil) {
+			continue
+		}
 		old, err := c.Result()
 		switch {
 		case errors.Is(err, redis.Nil):
 			verdict[i] = -1
-		case err != nil:
-			return fmt.Errorf("redisflow: claim %s: %w", r.Admits[i].Dedupe, err)
 		case old == "done":
 			verdict[i] = -2
 		case old == "run:"+r.Admits[i].Token:
 			verdict[i] = -1 // a round sent again: the claim is its own
+		case !strings.HasPrefix(old, "run:"):
+			// Not a claim or a mark (see admitScript).
+			r.AdmitFaults = append(r.AdmitFaults, redisconn.Fault(i, "set", s.prefix+r.Admits[i].Dedupe,
+				redisconn.ServerError("WRONGTYPE "+s.prefix+r.Admits[i].Dedupe+" holds a value flowrun did not write")))
 		default:
 			verdict[i] = 0 // another delivery runs it; poll
 		}
@@ -311,6 +334,108 @@ func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 		}
 	}
 	return nil
+}
+
+// admit queues one admitScript call on p deciding the admissions of which, in order.
+func (s *Store) admit(ctx context.Context, p redis.Pipeliner, lease int64, admits []engine.FlowAdmit, which []int) *redis.Cmd {
+	var keys []string
+	params := []any{lease} // two per key
+	index := map[string]int{}
+	ix := func(k string, limit int, period time.Duration) int {
+		if k == "" {
+			return 0
+		}
+		i, ok := index[k]
+		if !ok {
+			keys = append(keys, s.prefix+k)
+			params = append(params, limit, ms(period))
+			i = len(keys)
+			index[k] = i
+		}
+		return i
+	}
+	args := make([]any, 0, 4*len(which))
+	for _, i := range which {
+		a := admits[i]
+		args = append(args, a.Token, ix(a.Dedupe, 0, 0), ix(a.Conc, a.ConcLimit, 0), ix(a.Throttle, a.ThrottleLimit, a.Period))
+	}
+	return admitScript.EvalSha(ctx, p, keys, append(params, args...)...)
+}
+
+// verdicts reads the admission script's verdicts into verdict. When the script failed for good
+// (a key of the wrong type, a permission the user lacks) Redis does not say which admission
+// was at fault: each is decided again by a script of its own, so that only those that need the
+// bad key fail. What the failed script took before it stopped is found again as the
+// admission's own (a throttle start may count twice: stricter, never looser).
+func (s *Store) verdicts(ctx context.Context, r *engine.FlowRound, lease int64, script *redis.Cmd, scripted []int, verdict []int64) error {
+	err := script.Err()
+	if err == nil {
+		vs, err := script.Int64Slice()
+		if err != nil || len(vs) != len(scripted) {
+			return fmt.Errorf("redisflow: admit on %s: %d verdicts for %d admissions: %v", s.prefix, len(vs), len(scripted), err)
+		}
+		for j, i := range scripted {
+			verdict[i] = vs[j]
+		}
+		return nil
+	}
+	if f := redisconn.Fault(0, "evalsha", "", err); !f.Permanent {
+		return fmt.Errorf("redisflow: admit on %s: %w", s.prefix, f)
+	}
+	each := []*redis.Cmd{script}
+	if len(scripted) > 1 {
+		p := s.c.Pipeline()
+		each = make([]*redis.Cmd, len(scripted))
+		for j, i := range scripted {
+			each[j] = s.admit(ctx, p, lease, r.Admits, []int{i})
+		}
+		_, _ = p.Exec(ctx) // each command's own error is read below
+	}
+	for j, c := range each {
+		i := scripted[j]
+		a := r.Admits[i]
+		err := c.Err()
+		if redisconn.IsNoScript(err) {
+			return errNoScript
+		}
+		if err != nil {
+			f := redisconn.Fault(i, "evalsha", strings.Join(s.leaseKeys(a.Conc, a.Dedupe, a.Throttle), " "), err)
+			if !f.Permanent {
+				return fmt.Errorf("redisflow: admit on %s: %w", s.prefix, f)
+			}
+			r.AdmitFaults = append(r.AdmitFaults, f)
+			continue
+		}
+		vs, err := c.Int64Slice()
+		if err != nil || len(vs) != 1 {
+			return fmt.Errorf("redisflow: admit on %s: %d verdicts for 1 admission: %v", s.prefix, len(vs), err)
+		}
+		verdict[i] = vs[0]
+	}
+	return nil
+}
+
+// leaseKeys are the full names of the non-empty keys ks.
+func (s *Store) leaseKeys(ks ...string) []string {
+	out := make([]string, 0, len(ks))
+	for _, k := range ks {
+		if k != "" {
+			out = append(out, s.prefix+k)
+		}
+	}
+	return out
+}
+
+// renewWhich is renewScript's flags for a lease: "c" and/or "d", in KEYS order.
+func renewWhich(x engine.FlowLease) string {
+	which := ""
+	if x.Conc != "" {
+		which += "c"
+	}
+	if x.Dedupe != "" {
+		which += "d"
+	}
+	return which
 }
 
 // errNoScript is a round that met a server without the scripts loaded.

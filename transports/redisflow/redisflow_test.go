@@ -2,6 +2,7 @@ package redisflow
 
 import (
 	"context"
+	"errors"
 	"os"
 	"slices"
 	"strconv"
@@ -284,5 +285,124 @@ func TestACLLine(t *testing.T) {
 	}})
 	if n := admin.Do(ctx, "ACL", "LOG").Val(); n != nil && len(n.([]any)) > 0 {
 		t.Fatalf("ACL LOG: %v", n)
+	}
+}
+
+// faultAt returns the faults of index i.
+func faultAt(fs []engine.Fault, i int) []engine.Fault {
+	var out []engine.Fault
+	for _, f := range fs {
+		if f.Index == i {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// A key of the wrong type fails, for good, only what needs it (SPEC §10 "Settlement
+// failures"): the round is carried out for every other release, renewal and admission, and the
+// fault names the command, the key and Redis's own text.
+func TestWrongTypeKeyFailsOnlyItsOwn(t *testing.T) {
+	_, c := redistest.Fresh(t)
+	ctx := context.Background()
+	s := New(c, "wt")
+	c.Set(ctx, "flowrun:{wt}:c:bad", "x", 0)
+	c.RPush(ctx, "flowrun:{wt}:d:list", "x")
+	dd := func(tok, k string) engine.FlowAdmit { return engine.FlowAdmit{Token: tok, Dedupe: "d:" + k} }
+	same(t, "take", round(t, s, &engine.FlowRound{Admits: []engine.FlowAdmit{conc("1", "a", 1), dd("2", "ok")}}), A, A)
+	r := &engine.FlowRound{
+		Releases: []engine.FlowRelease{
+			{FlowLease: engine.FlowLease{Token: "9", Conc: "c:bad"}},
+			{FlowLease: engine.FlowLease{Token: "1", Conc: "c:a"}},
+			{FlowLease: engine.FlowLease{Token: "8", Dedupe: "d:other"}, Window: time.Hour},
+			{FlowLease: engine.FlowLease{Token: "2", Dedupe: "d:ok"}, Window: time.Hour},
+		},
+		Renews: []engine.FlowLease{{Token: "7", Conc: "c:bad"}, {Token: "6", Conc: "c:b"}},
+		Admits: []engine.FlowAdmit{conc("3", "a", 1), conc("4", "bad", 1), dd("5", "list"), conc("6", "b", 1), dd("10", "ok")},
+	}
+	same(t, "round", round(t, s, r), A, W, W, A, D)
+	wrong := "WRONGTYPE Operation against a key holding the wrong kind of value"
+	check := func(what string, fs []engine.Fault, command, key string) {
+		t.Helper()
+		if len(fs) != 1 || fs[0].Command != command || fs[0].Key != key || fs[0].Reason != "wrongtype" ||
+			!fs[0].Permanent || !strings.Contains(fs[0].Err.Error(), wrong) {
+			t.Fatalf("%s: faults %+v, want one %s %s wrongtype", what, fs, command, key)
+		}
+	}
+	check("release of c:bad", faultAt(r.ReleaseFaults, 0), "zrem", "flowrun:{wt}:c:bad")
+	// SET overwrites any type: a done mark never fails for a key's type.
+	if len(r.ReleaseFaults) != 1 {
+		t.Fatalf("release faults %+v", r.ReleaseFaults)
+	}
+	check("renewal of c:bad", r.RenewFaults, "evalsha", "flowrun:{wt}:c:bad")
+	if len(r.Lost) != 1 || r.Lost[0] != 1 {
+		t.Fatalf("lost %v: want only the renewal of c:b (never taken), not the faulted one", r.Lost)
+	}
+	check("admission on c:bad", faultAt(r.AdmitFaults, 1), "evalsha", "flowrun:{wt}:c:bad")
+	check("claim of d:list", faultAt(r.AdmitFaults, 2), "set", "flowrun:{wt}:d:list")
+	if len(r.AdmitFaults) != 2 {
+		t.Fatalf("admission faults %+v", r.AdmitFaults)
+	}
+	// A dedupe key holding a string flowrun did not write (neither a claim nor "done") would
+	// hold its deliveries back for ever: it fails them, for good, as a wrong type.
+	c.Set(ctx, "flowrun:{wt}:d:str", "x", 0)
+	r = &engine.FlowRound{Admits: []engine.FlowAdmit{dd("11", "str"), {Token: "12", Dedupe: "d:str", Conc: "c:z", ConcLimit: 1}, conc("13", "y", 1)}}
+	same(t, "foreign value", round(t, s, r), W, W, A)
+	for i := range 2 {
+		if fs := faultAt(r.AdmitFaults, i); len(fs) != 1 || fs[0].Reason != "wrongtype" || !fs[0].Permanent ||
+			!strings.Contains(fs[0].Err.Error(), "holds a value flowrun did not write") {
+			t.Fatalf("admission %d: faults %+v, want wrongtype", i, fs)
+		}
+	}
+	// The admissions beside the bad one hold their leases once each.
+	for k, tok := range map[string]string{"flowrun:{wt}:c:a": "3", "flowrun:{wt}:c:b": "6"} {
+		if m := c.ZRange(ctx, k, 0, -1).Val(); !slices.Equal(m, []string{tok}) {
+			t.Fatalf("%s holds %v, want [%s]", k, m, tok)
+		}
+	}
+}
+
+// A user without a command the flow keys need (NOPERM, or Redis 7.0's ERR inside a script)
+// fails, for good, only the commands that need it.
+func TestNoPermFailsOnlyItsOwn(t *testing.T) {
+	srv, admin := redistest.Fresh(t)
+	ctx := context.Background()
+	// Everything but ZREM (a release) and ZADD (an admission's lease, inside the script).
+	if err := admin.Do(ctx, "ACL", "SETUSER", "nozrem", "reset", "on", ">pw", "+@all", "-zrem", "-zadd", "~*").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Do(ctx, "ACL", "DELUSER", "nozrem")
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "nozrem", Password: "pw"})
+	defer c.Close()
+	s := New(c, "np")
+	r := &engine.FlowRound{
+		Releases: []engine.FlowRelease{{FlowLease: engine.FlowLease{Token: "1", Conc: "c:a", Dedupe: "d:a"}, Window: time.Hour}},
+		Admits:   []engine.FlowAdmit{conc("2", "b", 1), {Token: "3", Dedupe: "d:c"}},
+	}
+	same(t, "round", round(t, s, r), W, A)
+	if fs := r.ReleaseFaults; len(fs) != 1 || fs[0].Command != "zrem" || fs[0].Reason != "noperm" || !fs[0].Permanent {
+		t.Fatalf("release faults %+v, want one zrem noperm", fs)
+	}
+	if fs := r.AdmitFaults; len(fs) != 1 || fs[0].Index != 0 || fs[0].Reason != "noperm" || !fs[0].Permanent {
+		t.Fatalf("admission faults %+v, want the scripted one noperm", fs)
+	}
+	if v := admin.Get(ctx, "flowrun:{np}:d:a").Val(); v != "done" {
+		t.Fatalf("done mark %q: the rest of a release goes through", v)
+	}
+}
+
+// A failure that passes by itself (here a lost connection) fails the whole round, so that the
+// engine sends it again; the error says why.
+func TestTransientFailureFailsTheRound(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	s := New(c, "tr")
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := s.Round(ctx, &engine.FlowRound{Lease: time.Second, Max: 1, Admits: []engine.FlowAdmit{conc("1", "a", 1)}})
+	var f engine.Fault
+	if !errors.As(err, &f) || f.Permanent || f.Reason != "connection" {
+		t.Fatalf("round: %v (fault %+v), want a transient connection fault", err, f)
 	}
 }
