@@ -12,6 +12,9 @@ type Feed interface {
 	// ctx has ended. A source that reads no more than Room before its next Push is never more
 	// than one batch ahead of the handlers (SPEC §11).
 	Room(ctx context.Context) int
+	// RoomFor is Room that waits until the engine can take at least n more (at most
+	// everything it could hold): for a source with reads in flight that count against Room.
+	RoomFor(ctx context.Context, n int) int
 	// Push hands ds over, in order; the engine owns them from then on. It waits while the
 	// engine is full (a source that asked Room never waits), and returns false, handing
 	// nothing over, once ctx has ended.
@@ -31,6 +34,8 @@ type Queue struct {
 	head    int
 	waiting int // workers waiting on ready
 	closed  bool
+	// want is the room a waiting RoomFor asks for (0: none waits), so take wakes it just then.
+	want int
 	// held counts deliveries taken with TakeHeld and not yet let go (Unhold): a flow-control
 	// stage's waiting deliveries still count against the limit, so reading does not run ahead.
 	held int
@@ -49,7 +54,11 @@ func (q *Queue) len() int { return len(q.items) - q.head }
 func (q *Queue) used() int { return q.len() + q.held }
 
 // Room implements Feed.
-func (q *Queue) Room(ctx context.Context) int {
+func (q *Queue) Room(ctx context.Context) int { return q.RoomFor(ctx, (q.limit+1)/2) }
+
+// RoomFor implements Feed.
+func (q *Queue) RoomFor(ctx context.Context, n int) int {
+	n = min(max(n, 1), q.limit)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	stop := context.AfterFunc(ctx, func() {
@@ -58,11 +67,13 @@ func (q *Queue) Room(ctx context.Context) int {
 		q.mu.Unlock()
 	})
 	defer stop()
+	q.want = n
+	defer func() { q.want = 0 }()
 	for {
 		if ctx.Err() != nil {
 			return 0
 		}
-		if free := q.limit - q.used(); free == q.limit || free >= (q.limit+1)/2 {
+		if free := q.limit - q.used(); free >= n {
 			return free
 		}
 		q.room.Wait()
@@ -163,9 +174,9 @@ func (q *Queue) take(hold bool) (*Delivery, bool) {
 		q.held++
 		return d, true
 	}
-	// Wake a waiting source only where its wait can end: Push waits for one free place, Room
-	// for half the queue (or all of it, for a queue of one or two).
-	if free := q.limit - q.used(); free == 1 || free == (q.limit+1)/2 || free == q.limit {
+	// Wake a waiting source only where its wait can end: Push waits for one free place,
+	// RoomFor for what it asked.
+	if free := q.limit - q.used(); free == 1 || free == q.want {
 		q.room.Broadcast()
 	}
 	return d, true

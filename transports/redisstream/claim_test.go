@@ -1,9 +1,11 @@
 package redisstream
 
 import (
+	"context"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -318,5 +320,138 @@ func TestReclaimCountsOnlyAfterAClaim(t *testing.T) {
 		if got := streamCmds(); !slices.Equal(got, want) {
 			t.Fatalf("pass %d sent %v, want %v", i, got, want)
 		}
+	}
+}
+
+// inFlight counts the pipelines with an XCLAIM that run at once on a client, and the entries
+// XPENDING listed.
+type inFlight struct {
+	mu       sync.Mutex
+	now, max int
+	listed   int
+}
+
+func (h *inFlight) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *inFlight) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *inFlight) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		defer func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			for _, c := range cmds {
+				if p, ok := c.(*redis.XPendingExtCmd); ok {
+					h.listed += len(p.Val())
+				}
+			}
+		}()
+		if !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "xclaim" }) {
+			return next(ctx, cmds)
+		}
+		h.mu.Lock()
+		h.now++
+		h.max = max(h.max, h.now)
+		h.mu.Unlock()
+		defer func() {
+			h.mu.Lock()
+			h.now--
+			h.mu.Unlock()
+		}()
+		return next(ctx, cmds)
+	}
+}
+
+// deadBacklog adds n entries that a consumer "ghost" reads and never settles, and waits until
+// they are all idle for min_idle.
+func deadBacklog(e *env, n int) []string {
+	e.t.Helper()
+	e.rdb.XGroupCreateMkStream(e.ctx, "s", "g", "0")
+	ids := e.xaddN("s", n)
+	e.rdb.XReadGroup(e.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "ghost", Streams: []string{"s", ">"}, Count: int64(n)})
+	e.waitFor("entries to become idle", 5*time.Second, func() bool {
+		p, _ := e.rdb.XPendingExt(e.ctx, &redis.XPendingExtArgs{Stream: "s", Group: "g", Idle: testMinIdle, Start: "-", End: "+", Count: int64(n)}).Result()
+		return len(p) == n
+	})
+	return ids
+}
+
+// A claiming takeover keeps two passes in flight (Redis claims the next while this process
+// converts and hands over the last), lists each idle entry once (one listing serves two
+// passes), and delivers every entry exactly once with its delivery count, never reading more
+// than the engine has room for (the Receiver checks the feed contract).
+func TestClaimingTakeoverOverlapsPasses(t *testing.T) {
+	e := newEnv(t)
+	const n = 400
+	deadBacklog(e, n)
+	c, rec := e.client()
+	ov := &inFlight{}
+	c.AddHook(ov)
+	o := claimOpts(KindClaiming, "a")
+	o.Batch = 16
+	a := e.startWith(c, rec, o)
+	seen := map[string]bool{}
+	for len(seen) < n {
+		d := a.Next(t)
+		if seen[d.ID] {
+			t.Fatalf("%s delivered twice", d.ID)
+		}
+		seen[d.ID] = true
+		expectCounts(t, d, 2, 1, testMinIdle.Milliseconds(), testMinIdle.Milliseconds()+10_000)
+		a.settle(t, ack(d)...)
+	}
+	a.None(t, 2*testMinIdle)
+	if n := e.pending("s", "g"); n != 0 {
+		t.Fatalf("pending = %d, want 0", n)
+	}
+	ov.mu.Lock()
+	most, listed := ov.max, ov.listed
+	ov.mu.Unlock()
+	if most < 2 {
+		t.Fatalf("at most %d claiming pass in flight at once; want 2", most)
+	}
+	// The first listing from the start is a batch; each later one starts after the last
+	// candidate known.
+	if listed > n+o.Batch {
+		t.Fatalf("XPENDING listed %d entries for %d idle ones; want each listed once", listed, n)
+	}
+	if xclaims := count(rec.names(), "xclaim"); xclaims < n/8 {
+		t.Fatalf("%d XCLAIMs for %d entries; want passes of at most half a batch (8)", xclaims, n)
+	}
+}
+
+// Passes in flight when Receive stops are waited for and what they claimed is untracked, not
+// handed over: it stays pending and another consumer takes it over after min_idle, so nothing
+// is lost and nothing runs twice.
+func TestClaimingStopWithPassesInFlight(t *testing.T) {
+	e := newEnv(t)
+	const n = 200
+	deadBacklog(e, n)
+	o := claimOpts(KindClaiming, "a")
+	o.Batch = 16
+	a := e.start(o)
+	taken := a.Take(t, 5) // nobody takes more: the queue fills and passes wait in flight
+	untaken, err := a.Halt(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.src.Return(untaken)
+	a.settle(t, ack(taken...)...)
+	if a.src.track.len() != 0 {
+		t.Fatalf("%d entries still tracked after the stop", a.src.track.len())
+	}
+	b := e.start(claimOpts(KindClaiming, "b"))
+	seen := map[string]bool{}
+	for _, d := range taken {
+		seen[d.ID] = true
+	}
+	for len(seen) < n {
+		d := b.Next(t)
+		if seen[d.ID] {
+			t.Fatalf("%s delivered twice", d.ID)
+		}
+		seen[d.ID] = true
+		b.settle(t, ack(d)...)
+	}
+	if n := e.pending("s", "g"); n != 0 {
+		t.Fatalf("pending = %d, want 0", n)
 	}
 }

@@ -38,7 +38,9 @@ func (s *Source) keepAlive(ctx context.Context) {
 }
 
 func (s *Source) keepAliveOnce(ctx context.Context) error {
-	ids := s.track.alive(time.Now())
+	// An entry younger than half the interval is refreshed at the next tick at the latest, so
+	// its idle time stays below 1.5 intervals plus a run, half of min_idle.
+	ids := s.track.alive(time.Now(), s.kaEvery/2)
 	for len(ids) > 0 {
 		n := min(len(ids), keepAliveChunk)
 		chunk := ids[:n]

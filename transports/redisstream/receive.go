@@ -48,6 +48,7 @@ func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 		r.rc = rc
 	}
 	defer r.dropCarry()
+	defer r.dropPasses()
 	var bo redisconn.Backoff
 	state := redisconn.NewStateLog(s.log, "redis stream read", s.secrets...)
 	everOK := false
@@ -127,6 +128,11 @@ type reader struct {
 	cands    []redis.XPendingExt
 	candsAt  time.Time
 	noneIdle bool
+	// passes: claiming passes sent and not yet handed over, oldest first (claimAhead);
+	// claiming: their ids, which no other pass may take.
+	passes   []*claimPass
+	claiming map[string]struct{}
+	listing  bool // a pass in flight lists the next candidates
 }
 
 // reset is the state at start and after any failure: the group may be gone (a restarted Redis
@@ -177,12 +183,18 @@ func (r *reader) step(ctx context.Context) error {
 		claimed []*engine.Delivery
 		err     error
 	)
-	if s.o.Kind != KindStream && (len(r.carry) > 0 || !time.Now().Before(r.nextClaim)) {
+	if s.o.Kind != KindStream && (len(r.carry) > 0 || len(r.passes) > 0 || !time.Now().Before(r.nextClaim)) {
 		switch s.o.Kind {
 		case KindClaiming:
-			claimed, err = r.claimIdle(ctx, room)
+			claimed, err = r.claimAhead(ctx, room)
 		case KindReclaim:
 			claimed, err = r.autoClaim(ctx, room)
+		}
+		if len(r.passes) > 0 {
+			// More is being claimed: it uses up the room, and new entries wait for the
+			// takeover to end (as they would behind a pass that filled the room).
+			r.got = claimed
+			return err
 		}
 		if err == nil && (r.noneIdle || len(claimed) == 0 && len(r.carry) == 0 && r.autoclaim == "0-0") {
 			// Nothing was idle: an entry read since needs min_idle to become so, and one that
@@ -333,89 +345,13 @@ func (s *Source) xreadgroup(ctx context.Context, c redis.Cmdable, id string, cou
 	return res[0].Messages, nil
 }
 
-// claimIdle is the claiming kind's pass over idle entries of any consumer (SPEC §2): XPENDING
-// IDLE min_idle, then XCLAIM with min_idle, so when two workers race only one wins each id.
-//
-// The XPENDING that finds the next pass's candidates rides behind this pass's XCLAIM, in one
-// round trip (what was just claimed is no longer idle, so it is not among them): a takeover of
-// a long backlog costs one round trip per batch, not two. Candidates are used only while they
-// are younger than min_idle: an entry claimed or read by anyone after its XPENDING has been idle
-// for less than that, so XCLAIM's own MIN-IDLE check refuses it, and the delivery count the
-// XPENDING reported is still the entry's when XCLAIM succeeds.
-func (r *reader) claimIdle(ctx context.Context, count int) ([]*engine.Delivery, error) {
-	s := r.s
-	if len(r.cands) == 0 || time.Since(r.candsAt) >= s.o.MinIdle {
-		pend, err := s.c.XPendingExt(ctx, r.idleArgs(count)).Result()
-		if err != nil {
-			r.cands = nil
-			return nil, fmt.Errorf("redisstream: xpending %s: %w", s.o.Stream, err)
-		}
-		r.cands, r.candsAt = pend, time.Now()
-	}
-	type info struct{ count, idle int64 }
-	infos := make(map[string]info, min(len(r.cands), count))
-	ids := make([]string, 0, min(len(r.cands), count))
-	for _, p := range r.cands {
-		if len(ids) == count {
-			break
-		}
-		if s.track.has(p.ID) {
-			continue
-		}
-		infos[p.ID] = info{p.RetryCount, p.Idle.Milliseconds()}
-		ids = append(ids, p.ID)
-	}
-	r.cands = nil
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	pipe := s.c.Pipeline()
-	cc := pipe.XClaim(ctx, &redis.XClaimArgs{
-		Stream: s.o.Stream, Group: s.o.Group, Consumer: s.o.Consumer,
-		MinIdle: s.o.MinIdle, Messages: ids,
-	})
-	next := pipe.XPendingExt(ctx, r.idleArgs(s.o.Batch))
-	asked := time.Now()
-	_, _ = pipe.Exec(ctx)
-	msgs, err := cc.Result()
-	if err != nil {
-		return nil, fmt.Errorf("redisstream: xclaim %s: %w", s.o.Stream, err)
-	}
-	if pend, perr := next.Result(); perr == nil {
-		r.cands, r.candsAt = pend, asked
-		r.noneIdle = len(pend) == 0
-	}
-	// The claimed entries are ours now and their delivery counts were raised: from here on
-	// they are tracked and handed over, whatever else fails. Redis 7 drops deleted entries
-	// from the PEL inside XCLAIM; older servers return them with no fields, and they are
-	// acknowledged here.
-	keep := msgs[:0]
-	var deleted []string
-	for _, m := range msgs {
-		if len(m.Values) == 0 {
-			deleted = append(deleted, m.ID)
-		} else {
-			keep = append(keep, m)
-		}
-	}
-	ds := s.deliveries(keep)
-	for _, d := range ds {
-		in := infos[d.ID]
-		d.DeliveryCount = int(in.count) // deliveries before this one
-		d.Attempt = d.DeliveryCount + 1
-		d.IdleMS = in.idle
-		setCountHeaders(d)
-	}
-	s.trackDeliveries(ds)
-	return ds, s.ackDeleted(ctx, deleted)
-}
-
-// idleArgs is the XPENDING that lists up to count entries idle for min_idle, of any consumer.
-func (r *reader) idleArgs(count int) *redis.XPendingExtArgs {
+// idleArgs is the XPENDING that lists up to count entries idle for min_idle, of any consumer,
+// from start on.
+func (r *reader) idleArgs(start string, count int) *redis.XPendingExtArgs {
 	s := r.s
 	return &redis.XPendingExtArgs{
 		Stream: s.o.Stream, Group: s.o.Group, Idle: s.o.MinIdle,
-		Start: "-", End: "+", Count: int64(count),
+		Start: start, End: "+", Count: int64(count),
 	}
 }
 

@@ -14,16 +14,18 @@ type tracker struct {
 }
 
 type tracked struct {
-	hold time.Time // zero while a handler may have it; set by ActLeave
-	lost bool      // keep-alive found another consumer owning it (logged once)
+	since time.Time // when it was read or claimed (zero once held): Redis's idle time started before
+	hold  time.Time // zero while a handler may have it; set by ActLeave
+	lost  bool      // keep-alive found another consumer owning it (logged once)
 }
 
 func newTracker() *tracker { return &tracker{m: make(map[string]tracked)} }
 
 func (t *tracker) add(ids []string) {
+	now := time.Now()
 	t.mu.Lock()
 	for _, id := range ids {
-		t.m[id] = tracked{}
+		t.m[id] = tracked{since: now}
 	}
 	t.mu.Unlock()
 }
@@ -75,8 +77,10 @@ func (t *tracker) len() int {
 	return len(t.m)
 }
 
-// alive returns the ids to keep from looking idle, dropping holds that have run out.
-func (t *tracker) alive(now time.Time) []string {
+// alive returns the ids to keep from looking idle, dropping holds that have run out. An
+// in-flight id read or claimed less than fresh ago is left out: its idle time is younger than
+// that, so Redis has nothing to reset yet (a takeover settles most entries well within it).
+func (t *tracker) alive(now time.Time, fresh time.Duration) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	ids := make([]string, 0, len(t.m))
@@ -89,6 +93,8 @@ func (t *tracker) alive(now time.Time) []string {
 			if !e.lost {
 				ids = append(ids, id)
 			}
+		case !e.lost && (e.hold.IsZero() && now.Sub(e.since) < fresh):
+			// young: next time
 		case !e.lost:
 			ids = append(ids, id)
 		}

@@ -21,7 +21,7 @@ func TestTracker(t *testing.T) {
 	tr.hold("c", now.Add(-time.Second), now) // hold already over: released
 	tr.hold("d", now.Add(time.Millisecond), now)
 	later := now.Add(time.Second)
-	got := tr.alive(later) // d's hold ran out: one last refresh, then released
+	got := tr.alive(later, 0) // d's hold ran out: one last refresh, then released
 	slices.Sort(got)
 	if !slices.Equal(got, []string{"a", "b", "d"}) {
 		t.Fatalf("alive = %v, want [a b d]", got)
@@ -40,7 +40,7 @@ func TestTracker(t *testing.T) {
 	if !tr.has("a") || tr.has("b") {
 		t.Fatal("lose: a must stay, b must go")
 	}
-	if got := tr.alive(later); len(got) != 0 {
+	if got := tr.alive(later, 0); len(got) != 0 {
 		t.Fatalf("alive after lose = %v", got)
 	}
 	tr.add([]string{"e"})
@@ -52,6 +52,23 @@ func TestTracker(t *testing.T) {
 	tr.remove([]string{"a", "e"})
 	if tr.len() != 0 {
 		t.Fatalf("len = %d", tr.len())
+	}
+}
+
+// An in-flight id read less than fresh ago has nothing for the keep-alive to reset yet; a held
+// one is kept alive whatever its age.
+func TestTrackerLeavesYoungEntries(t *testing.T) {
+	tr := newTracker()
+	tr.add([]string{"young", "held"})
+	now := time.Now()
+	tr.hold("held", now.Add(time.Minute), now)
+	if got := tr.alive(now, time.Minute); !slices.Equal(got, []string{"held"}) {
+		t.Fatalf("alive = %v, want [held]", got)
+	}
+	got := tr.alive(now.Add(time.Minute), time.Minute)
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"held", "young"}) {
+		t.Fatalf("alive a minute on = %v, want [held young]", got)
 	}
 }
 

@@ -243,6 +243,14 @@ func (f *checkedFeed) Room(ctx context.Context) int {
 	return n
 }
 
+func (f *checkedFeed) RoomFor(ctx context.Context, want int) int {
+	n := f.q.RoomFor(ctx, want)
+	f.mu.Lock()
+	f.credit = n
+	f.mu.Unlock()
+	return n
+}
+
 func (f *checkedFeed) Push(ctx context.Context, ds []*engine.Delivery) bool {
 	f.mu.Lock()
 	switch {

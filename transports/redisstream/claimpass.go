@@ -1,0 +1,279 @@
+package redisstream
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/engine"
+)
+
+// maxPasses is how many claiming passes may be in flight at once. With two, Redis works on one
+// pass's XCLAIM while this process parses, converts and hands over the other's, so a takeover
+// is bound by the slower of the two rather than by their sum.
+const maxPasses = 2
+
+// claimPass is one XCLAIM of chosen candidates, with the XPENDING that lists the next
+// candidates riding behind it in the same round trip. run fills in the result; done is closed
+// when it has.
+type claimPass struct {
+	ids   []string
+	infos []pendingInfo // infos[i] is what XPENDING said of ids[i]
+	asked time.Time     // when the round trip was sent: the listing's age counts from here
+	done  chan struct{}
+
+	// listFrom: the pass also lists up to listCount idle entries after this id (exclusive),
+	// the candidates of the passes after it; "" for a pass that lists nothing.
+	listFrom  string
+	listCount int
+
+	ds      []*engine.Delivery // claimed, converted and tracked
+	deleted []string           // claimed ids whose entry data is gone (servers before Redis 7)
+	next    []redis.XPendingExt
+	nextOK  bool
+	err     error // the XCLAIM failed: nothing was claimed
+}
+
+type pendingInfo struct{ count, idle int64 }
+
+// claimIdle is the claiming kind's pass over idle entries of any consumer (SPEC §2): XPENDING
+// IDLE min_idle, then XCLAIM with min_idle, so when two workers race only one wins each id.
+// It runs one pass and waits for it; claimAhead is the same with passes overlapping.
+//
+// The XPENDING that finds the next passes' candidates rides behind a pass's XCLAIM, in one
+// round trip, and lists what comes after the candidates already known: a takeover of a long
+// backlog costs one round trip per pass, and each idle entry is listed once. Candidates are
+// used only while they are younger than min_idle: an entry claimed or read by anyone after its
+// XPENDING has been idle for less than that, so XCLAIM's own MIN-IDLE check refuses it, and the
+// delivery count the XPENDING reported is still the entry's when XCLAIM succeeds. Idle entries
+// before the last listing (one another worker claimed and then left, say) are found by the
+// next listing from the start, once the known candidates run out.
+func (r *reader) claimIdle(ctx context.Context, count int) ([]*engine.Delivery, error) {
+	if err := r.listIdle(ctx, count); err != nil {
+		return nil, err
+	}
+	p := r.newPass(count)
+	if p == nil {
+		return nil, nil
+	}
+	r.runPass(ctx, p)
+	return r.finishPass(ctx, p)
+}
+
+// claimAhead is claimIdle with up to maxPasses passes in flight: it sends what room allows
+// beyond the passes already sent, then waits for the oldest and returns what it claimed.
+// Passes are handed over in the order they were sent. room is what the engine can take now;
+// passes in flight count against it, so reading stays within one batch of the handlers.
+func (r *reader) claimAhead(ctx context.Context, room int) ([]*engine.Delivery, error) {
+	s := r.s
+	if len(r.passes) == 0 {
+		if err := r.listIdle(ctx, room); err != nil {
+			return nil, err
+		}
+	} else if time.Since(r.candsAt) >= s.o.MinIdle {
+		r.cands = nil // stale; once the passes in flight are done, a listing starts afresh
+	}
+	size := passSize(s.o.Batch)
+	avail := room - r.outstanding()
+	for len(r.passes) < maxPasses && len(r.cands) > 0 {
+		if len(r.passes) > 0 && avail < size {
+			// Wait until the handlers have taken enough for a whole second pass: many small
+			// XCLAIMs cost Redis more than they save. The engine still holds what the last
+			// pass handed over meanwhile, so the handlers never wait for this.
+			room = min(r.feed.RoomFor(ctx, r.outstanding()+size), s.o.Batch)
+			if room == 0 { // stopped: the passes in flight are dropped (dropPasses)
+				return nil, ctx.Err()
+			}
+			if avail = room - r.outstanding(); avail < size {
+				break
+			}
+		}
+		p := r.newPass(min(avail, size))
+		if p == nil {
+			break
+		}
+		avail -= len(p.ids)
+		r.passes = append(r.passes, p)
+		go r.runPass(ctx, p)
+	}
+	if len(r.passes) == 0 {
+		return nil, nil
+	}
+	p := r.passes[0]
+	<-p.done
+	r.passes = r.passes[1:]
+	return r.finishPass(ctx, p)
+}
+
+// passSize is how many entries a claiming pass asks for: half a batch, so that a second pass
+// fits beside the first within one batch of read-ahead.
+func passSize(batch int) int { return max((batch+1)/2, 1) }
+
+// listIdle lists up to count idle entries as candidates, unless the last round trip listed
+// some that are still young enough to use.
+func (r *reader) listIdle(ctx context.Context, count int) error {
+	s := r.s
+	if len(r.cands) > 0 && time.Since(r.candsAt) < s.o.MinIdle {
+		return nil
+	}
+	asked := time.Now()
+	pend, err := s.c.XPendingExt(ctx, r.idleArgs("-", count)).Result()
+	if err != nil {
+		r.cands = nil
+		return fmt.Errorf("redisstream: xpending %s: %w", s.o.Stream, err)
+	}
+	r.cands, r.candsAt = pend, asked
+	return nil
+}
+
+// newPass takes up to count candidates that are neither in flight here nor in a pass already
+// sent, and returns the pass that claims them; nil when there are none.
+func (r *reader) newPass(count int) *claimPass {
+	s := r.s
+	p := &claimPass{done: make(chan struct{})}
+	used := 0
+	for _, c := range r.cands {
+		if len(p.ids) == count {
+			break
+		}
+		used++
+		if _, sent := r.claiming[c.ID]; sent || s.track.has(c.ID) {
+			continue
+		}
+		p.ids = append(p.ids, c.ID)
+		p.infos = append(p.infos, pendingInfo{c.RetryCount, c.Idle.Milliseconds()})
+	}
+	r.cands = r.cands[used:]
+	if len(p.ids) == 0 {
+		return nil
+	}
+	// The pass lists the candidates after those known, enough for maxPasses passes, unless a
+	// listing is in flight already (whose end is not known yet). So the known candidates stay
+	// within a batch, and with two passes in flight one listing serves both.
+	if want := maxPasses*passSize(s.o.Batch) - len(r.cands); !r.listing && want > 0 {
+		last := p.ids[len(p.ids)-1]
+		if len(r.cands) > 0 {
+			last = r.cands[len(r.cands)-1].ID
+		}
+		p.listFrom, p.listCount = "("+last, want
+		r.listing = true
+	}
+	if r.claiming == nil {
+		r.claiming = make(map[string]struct{})
+	}
+	for _, id := range p.ids {
+		r.claiming[id] = struct{}{}
+	}
+	p.asked = time.Now()
+	return p
+}
+
+// outstanding is how many entries the passes in flight may still hand over.
+func (r *reader) outstanding() int {
+	n := 0
+	for _, p := range r.passes {
+		n += len(p.ids)
+	}
+	return n
+}
+
+// runPass sends p's round trip and converts what it claimed. It touches only p and the
+// source's tracker, so it may run in a goroutine of its own.
+func (r *reader) runPass(ctx context.Context, p *claimPass) {
+	defer close(p.done)
+	s := r.s
+	pipe := s.c.Pipeline()
+	cc := pipe.XClaim(ctx, &redis.XClaimArgs{
+		Stream: s.o.Stream, Group: s.o.Group, Consumer: s.o.Consumer,
+		MinIdle: s.o.MinIdle, Messages: p.ids,
+	})
+	var next *redis.XPendingExtCmd
+	if p.listFrom != "" {
+		next = pipe.XPendingExt(ctx, r.idleArgs(p.listFrom, p.listCount))
+	}
+	_, _ = pipe.Exec(ctx)
+	msgs, err := cc.Result()
+	if err != nil {
+		p.err = fmt.Errorf("redisstream: xclaim %s: %w", s.o.Stream, err)
+		return
+	}
+	if next != nil {
+		p.next, err = next.Result()
+		p.nextOK = err == nil
+	}
+	// The claimed entries are ours now and their delivery counts were raised: from here on
+	// they are tracked and handed over, whatever else fails. Redis 7 drops deleted entries
+	// from the PEL inside XCLAIM; older servers return them with no fields, and they are
+	// acknowledged when the pass is finished.
+	keep := msgs[:0]
+	for _, m := range msgs {
+		if len(m.Values) == 0 {
+			p.deleted = append(p.deleted, m.ID)
+		} else {
+			keep = append(keep, m)
+		}
+	}
+	p.ds = s.deliveries(keep)
+	// XCLAIM answers in the order of its ids, leaving out those it refused.
+	j := 0
+	for _, d := range p.ds {
+		for j < len(p.ids) && p.ids[j] != d.ID {
+			j++
+		}
+		var in pendingInfo
+		if j < len(p.ids) {
+			in = p.infos[j]
+		} else { // not expected; look it up rather than guess
+			for i, id := range p.ids {
+				if id == d.ID {
+					in = p.infos[i]
+				}
+			}
+			j = 0
+		}
+		d.DeliveryCount = int(in.count) // deliveries before this one
+		d.Attempt = d.DeliveryCount + 1
+		d.IdleMS = in.idle
+		setCountHeaders(d)
+	}
+	s.trackDeliveries(p.ds)
+}
+
+// finishPass takes in what a pass that is done listed and claimed, and returns its deliveries.
+func (r *reader) finishPass(ctx context.Context, p *claimPass) ([]*engine.Delivery, error) {
+	for _, id := range p.ids {
+		delete(r.claiming, id)
+	}
+	if p.listFrom != "" {
+		r.listing = false
+		switch {
+		case !p.nextOK:
+			r.cands = nil // the next pass lists from the start
+		case len(r.cands) == 0:
+			r.cands, r.candsAt = p.next, p.asked
+		default: // they follow the known ones; the pool is as young as its oldest listing
+			r.cands = append(r.cands, p.next...)
+		}
+		r.noneIdle = len(r.cands) == 0
+	}
+	if p.err != nil {
+		return nil, p.err
+	}
+	return p.ds, r.s.ackDeleted(ctx, p.deleted)
+}
+
+// dropPasses waits for the passes in flight when Receive ends and untracks what they claimed:
+// it stays pending in Redis and comes back after min_idle.
+func (r *reader) dropPasses() {
+	for _, p := range r.passes {
+		<-p.done
+		ids := make([]string, len(p.ds))
+		for i, d := range p.ds {
+			ids[i] = d.ID
+		}
+		r.s.track.remove(ids)
+	}
+	r.passes, r.claiming, r.listing = nil, nil, false
+}
