@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,5 +134,17 @@ func TestSummarize(t *testing.T) {
 	}
 	if _, err := summarize(samples[:2], o); err == nil {
 		t.Error("a missing entry is not reported")
+	}
+}
+
+// The plain latency child's lines are read back as samples; a line that is not one is an error.
+func TestReadPlain(t *testing.T) {
+	var c collector
+	c.readPlain(strings.NewReader("100 250\n200 320\nnot a sample\n"))
+	if got := c.all(); !slices.Equal(got, []sample{{100, 250}, {200, 320}}) {
+		t.Fatalf("samples %v", got)
+	}
+	if c.err == nil {
+		t.Fatal("a line that is not a sample went unnoticed")
 	}
 }

@@ -8,9 +8,14 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"os/exec"
+	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -64,29 +69,83 @@ func runLatency(ctx context.Context, b *bench) (results, error) {
 }
 
 // plainLatencySide measures the plain consumer: XREADGROUP COUNT batch BLOCK 1s; per entry the
-// handled time; then one XACK (with the XADDs, when emit) per batch.
+// handled time; then one XACK (with the XADDs, when emit) per batch. It runs in a process of its
+// own, as flowrun does: in this one it would share the producer's runtime, whose network poller
+// is awake for every XADD's reply anyway and would pick up its reads for free.
 func (b *bench) plainLatencySide(ctx context.Context, prod *redis.Client, name string, emit bool, lat *latencies) (offered, error) {
 	stream := "bench:" + name + ":plain"
 	if err := b.rdb.XGroupCreateMkStream(ctx, stream, "g", "$").Err(); err != nil {
 		return offered{}, err
 	}
+	exe, err := os.Executable()
+	if err != nil {
+		return offered{}, err
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), childEnv+"=plain-latency", "BENCH_ADDR="+b.srv.Addr,
+		"BENCH_STREAM="+stream, "BENCH_BATCH="+strconv.Itoa(b.o.batch), "BENCH_EMIT="+strconv.FormatBool(emit))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return offered{}, err
+	}
+	if err := cmd.Start(); err != nil {
+		return offered{}, fmt.Errorf("start the plain consumer: %w", err)
+	}
 	var col collector
-	pctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- b.plainLatency(pctx, stream, emit, &col) }()
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		col.readPlain(out)
+	}()
 	o, err := b.offerTo(ctx, prod, stream, b.handledCount(stream, emit, &col))
 	var samples []sample
 	if err == nil {
 		samples, err = b.samplesOf(ctx, stream, emit, &col)
 	}
-	stop()
-	if cerr := <-done; err == nil && cerr != nil {
-		err = fmt.Errorf("plain consumer: %w", cerr)
+	cmd.Process.Signal(syscall.SIGTERM)
+	<-read
+	if werr := cmd.Wait(); err == nil && werr != nil {
+		err = fmt.Errorf("plain consumer: %w", werr)
+	}
+	if err == nil && col.err != nil {
+		err = fmt.Errorf("plain consumer's samples: %w", col.err)
 	}
 	if err == nil {
 		*lat, err = summarize(samples, o)
 	}
 	return o, err
+}
+
+// childEnv names the process a bench child plays; see runChild.
+const childEnv = "FLOWRUN_BENCH_CHILD"
+
+// runChild is a bench child process: the plain latency consumer, on the server, stream, batch
+// and emit its environment names, writing "sent handled" per entry to stdout when it does not
+// emit, until SIGTERM.
+func runChild() error {
+	if role := os.Getenv(childEnv); role != "plain-latency" {
+		return fmt.Errorf("unknown child %q", role)
+	}
+	batch, err := strconv.Atoi(os.Getenv("BENCH_BATCH"))
+	if err != nil {
+		return fmt.Errorf("BENCH_BATCH: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("BENCH_ADDR")})
+	defer rdb.Close()
+	w := bufio.NewWriter(os.Stdout)
+	err = plainLatency(ctx, rdb, os.Getenv("BENCH_STREAM"), batch, os.Getenv("BENCH_EMIT") == "true", func(ss []sample) error {
+		for _, s := range ss {
+			fmt.Fprintf(w, "%d %d\n", s.sent, s.handled)
+		}
+		return w.Flush()
+	})
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 // flowrunLatencySide measures flowrun: an ack rule that emits a record to stdout, or a stream
@@ -207,6 +266,22 @@ func (c *collector) readRecords(r io.Reader) {
 	io.Copy(io.Discard, r) // a line too long for the scanner: keep flowrun's stdout flowing
 }
 
+// readPlain collects the plain latency child's "sent handled" lines until r ends.
+func (c *collector) readPlain(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		sent, handled, _ := strings.Cut(sc.Text(), " ")
+		s, err := sampleOf(sent, handled)
+		if err != nil {
+			c.mu.Lock()
+			c.err = errors.Join(c.err, fmt.Errorf("%q: %w", sc.Text(), err))
+			c.mu.Unlock()
+			continue
+		}
+		c.add(s)
+	}
+}
+
 func sampleOf(sent, handled string) (sample, error) {
 	s, err1 := strconv.ParseInt(sent, 10, 64)
 	h, err2 := strconv.ParseInt(handled, 10, 64)
@@ -322,13 +397,13 @@ func offer(ctx context.Context, rdb *redis.Client, stream string, rate int, d ti
 
 // plainLatency is the plain blocking consumer of the latency workload; it runs until ctx ends.
 // With emit it XADDs handled, sent and payload to the out stream in the batch's pipeline, else
-// it keeps the sample in col.
-func (b *bench) plainLatency(ctx context.Context, stream string, emit bool, col *collector) error {
-	args := &redis.XReadGroupArgs{Group: "g", Consumer: "plain", Streams: []string{stream, ">"}, Count: int64(b.o.batch), Block: time.Second}
-	ids := make([]string, 0, b.o.batch)
-	samples := make([]sample, 0, b.o.batch)
+// it hands each batch's samples to out once the batch is acknowledged.
+func plainLatency(ctx context.Context, rdb *redis.Client, stream string, batch int, emit bool, out func([]sample) error) error {
+	args := &redis.XReadGroupArgs{Group: "g", Consumer: "plain", Streams: []string{stream, ">"}, Count: int64(batch), Block: time.Second}
+	ids := make([]string, 0, batch)
+	samples := make([]sample, 0, batch)
 	for ctx.Err() == nil {
-		res, err := b.rdb.XReadGroup(ctx, args).Result()
+		res, err := rdb.XReadGroup(ctx, args).Result()
 		if errors.Is(err, redis.Nil) {
 			continue
 		}
@@ -336,7 +411,7 @@ func (b *bench) plainLatency(ctx context.Context, stream string, emit bool, col 
 			return fmt.Errorf("xreadgroup: %w", err)
 		}
 		ids, samples = ids[:0], samples[:0]
-		p := b.rdb.Pipeline()
+		p := rdb.Pipeline()
 		for _, s := range res {
 			for _, m := range s.Messages {
 				handled := time.Now().UnixMicro()
@@ -355,7 +430,11 @@ func (b *bench) plainLatency(ctx context.Context, stream string, emit bool, col 
 		if _, err := p.Exec(ctx); err != nil {
 			return fmt.Errorf("settle: %w", err)
 		}
-		col.add(samples...)
+		if len(samples) > 0 {
+			if err := out(samples); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -43,6 +43,7 @@ type options struct {
 	cpuprofile  string        // directory for flowrun CPU profiles; "" for none
 	bin         string        // a flowrun binary to use instead of building ./cmd/flowrun
 	trace       bool          // flowrun exports every span to a collector that discards them
+	cmdstats    bool          // print Redis's per-command CPU time for each side
 }
 
 // workload is one selectable workload; run measures both sides and returns its rows.
@@ -69,6 +70,13 @@ func workloadNames() []string {
 }
 
 func main() {
+	if os.Getenv(childEnv) != "" {
+		if err := runChild(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench child:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var o options
 	sel := flag.String("workload", strings.Join(workloadNames(), ","), "comma-separated workloads to run: "+strings.Join(workloadNames(), ", "))
 	flag.IntVar(&o.n, "n", 200_000, "entries per throughput workload (latency uses -rate and -duration)")
@@ -80,6 +88,7 @@ func main() {
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of each flowrun run to DIR/<row>.pprof")
 	flag.StringVar(&o.bin, "bin", "", "use this flowrun binary instead of building ./cmd/flowrun")
 	flag.BoolVar(&o.trace, "trace", false, "flowrun exports traces (sample_ratio 1) to an OTLP/HTTP collector in this command that discards them")
+	flag.BoolVar(&o.cmdstats, "cmdstats", false, "print each side's Redis commands: calls and Redis CPU time (INFO commandstats)")
 	flag.Parse()
 	selected, err := selectWorkloads(*sel)
 	if err == nil {

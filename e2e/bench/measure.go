@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -99,6 +102,7 @@ func (b *bench) timePlain(ctx context.Context, total int64, progress progressFun
 	if err != nil {
 		return span{}, err
 	}
+	defer b.commandStats(ctx, "plain")()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	done := make(chan error, 1)
@@ -131,6 +135,7 @@ func (b *bench) timeFlowrun(name, cfg string, total int64, progress progressFunc
 	if err != nil {
 		return span{}, 0, err
 	}
+	defer b.commandStats(context.Background(), name+" flowrun")()
 	p, err := b.startFlowrun(name, cfg, nil)
 	if err != nil {
 		return span{}, 0, err
@@ -147,6 +152,54 @@ func (b *bench) timeFlowrun(name, cfg string, total int64, progress progressFunc
 	cpu1, err := b.redisCPU(context.Background())
 	sp.redis = cpu1 - cpu0
 	return sp, rss, err
+}
+
+// commandStats, with -cmdstats, resets Redis's command statistics and returns a func that
+// prints them: what each command cost Redis over one side's run (the observer's polls included).
+func (b *bench) commandStats(ctx context.Context, side string) func() {
+	if !b.o.cmdstats {
+		return func() {}
+	}
+	if err := b.obs.ConfigResetStat(ctx).Err(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: config resetstat:", err)
+		return func() {}
+	}
+	return func() {
+		info, err := b.obs.InfoMap(ctx, "commandstats").Result()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: info commandstats:", err)
+			return
+		}
+		type stat struct {
+			name         string
+			calls, usec  int64
+			usecPerCalls float64
+		}
+		var stats []stat
+		for k, v := range info["Commandstats"] {
+			st := stat{name: strings.TrimPrefix(k, "cmdstat_")}
+			for _, f := range strings.Split(v, ",") {
+				kv := strings.SplitN(f, "=", 2)
+				if len(kv) != 2 {
+					continue
+				}
+				switch kv[0] {
+				case "calls":
+					st.calls, _ = strconv.ParseInt(kv[1], 10, 64)
+				case "usec":
+					st.usec, _ = strconv.ParseInt(kv[1], 10, 64)
+				case "usec_per_call":
+					st.usecPerCalls, _ = strconv.ParseFloat(kv[1], 64)
+				}
+			}
+			stats = append(stats, st)
+		}
+		slices.SortFunc(stats, func(a, b stat) int { return int(b.usec - a.usec) })
+		fmt.Printf("  %s: Redis commands\n", side)
+		for _, st := range stats {
+			fmt.Printf("    %-14s %9d calls %10.1f ms %9.1f µs/call\n", st.name, st.calls, float64(st.usec)/1000, st.usecPerCalls)
+		}
+	}
 }
 
 // redisCPU is redis-server's CPU time so far (INFO cpu: used_cpu_sys + used_cpu_user).
