@@ -39,8 +39,12 @@ func StreamFields(m *engine.Message) []string {
 // DecodeStream sets m's headers (never nil) and payload from a stream entry's fields, as
 // go-redis returns them: the field "payload" is the payload, every other field a header. An
 // entry without that field is a valid message with an empty payload (SPEC §3).
-func DecodeStream(m *engine.Message, values map[string]any) {
-	h := make(map[string]string, len(values))
+func DecodeStream(m *engine.Message, values map[string]any) { DecodeStreamRoom(m, values, 0) }
+
+// DecodeStreamRoom is DecodeStream with room for extra more headers, for a source that adds
+// its own (claiming's delivery count and idle time): the map is sized once, not grown.
+func DecodeStreamRoom(m *engine.Message, values map[string]any, extra int) {
+	h := make(map[string]string, len(values)+extra)
 	m.Payload = nil
 	for k, v := range values {
 		s, ok := v.(string)

@@ -528,10 +528,14 @@ func (s *Source) deliveries(msgs []redis.XMessage) []*engine.Delivery {
 	}
 	block := make([]engine.Delivery, len(msgs))
 	ds := make([]*engine.Delivery, len(msgs))
+	extra := 0
+	if s.o.Kind != KindStream {
+		extra = 2 // setCountHeaders
+	}
 	for i, m := range msgs {
 		d := &block[i]
 		d.Key, d.ID, d.Token = s.o.Stream, m.ID, m.ID
-		codec.DecodeStream(&d.Message, m.Values)
+		codec.DecodeStreamRoom(&d.Message, m.Values, extra)
 		ds[i] = d // the stream kind's attempt is the engine's to number (Capabilities.Number)
 	}
 	return ds
