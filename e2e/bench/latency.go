@@ -247,31 +247,29 @@ func (c *collector) all() []sample {
 
 // readRecords collects the records flowrun writes to stdout (SPEC §3), until r ends.
 func (c *collector) readRecords(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
+	c.readLines(r, func(line []byte) (sample, error) {
 		var rec struct{ Headers map[string]string }
-		err := json.Unmarshal(sc.Bytes(), &rec)
-		var s sample
-		if err == nil {
-			s, err = sampleOf(rec.Headers["sent"], rec.Headers["handled"])
+		if err := json.Unmarshal(line, &rec); err != nil {
+			return sample{}, err
 		}
-		if err != nil {
-			c.mu.Lock()
-			c.err = errors.Join(c.err, fmt.Errorf("%q: %w", sc.Text(), err))
-			c.mu.Unlock()
-			continue
-		}
-		c.add(s)
-	}
-	io.Copy(io.Discard, r) // a line too long for the scanner: keep flowrun's stdout flowing
+		return sampleOf(rec.Headers["sent"], rec.Headers["handled"])
+	})
 }
 
 // readPlain collects the plain latency child's "sent handled" lines until r ends.
 func (c *collector) readPlain(r io.Reader) {
+	c.readLines(r, func(line []byte) (sample, error) {
+		sent, handled, _ := strings.Cut(string(line), " ")
+		return sampleOf(sent, handled)
+	})
+}
+
+// readLines collects a sample per line of r, parsed by parse, until r ends; a line that is not
+// one is noted in c.err.
+func (c *collector) readLines(r io.Reader, parse func([]byte) (sample, error)) {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		sent, handled, _ := strings.Cut(sc.Text(), " ")
-		s, err := sampleOf(sent, handled)
+		s, err := parse(sc.Bytes())
 		if err != nil {
 			c.mu.Lock()
 			c.err = errors.Join(c.err, fmt.Errorf("%q: %w", sc.Text(), err))
@@ -280,6 +278,7 @@ func (c *collector) readPlain(r io.Reader) {
 		}
 		c.add(s)
 	}
+	io.Copy(io.Discard, r) // a line too long for the scanner: keep the writer flowing
 }
 
 func sampleOf(sent, handled string) (sample, error) {

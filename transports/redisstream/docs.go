@@ -32,7 +32,8 @@ are a stream (` + "`dead_letter`" + `), read and redriven with ` + "`flowrun dlq
 
 const claimingIdle = `While a delivery waits in a batch or runs in a handler, flowrun keeps it from looking idle (one Lua
 script per batch, on a timer at a third of ` + "`min_idle`" + `, runs ` + "`XCLAIM … JUSTID`" + ` for the ids this consumer
-still owns), so a slow handler is never run twice at once by a second worker. ` + "`attempt`" + ` is Redis's
+still owns and read or claimed more than half a tick ago), so a slow handler is never run twice at once by a
+second worker. ` + "`attempt`" + ` is Redis's
 delivery count; deliveries carry ` + "`x-delivery-count`" + ` and ` + "`x-idle-ms`" + ` (see the
 [headers reference](../reference/headers.md)).`
 
