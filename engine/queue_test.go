@@ -118,3 +118,60 @@ func TestProgressAndSummary(t *testing.T) {
 		t.Errorf("summary lacks %s:\n%s", want, out)
 	}
 }
+
+// RoomFor waits until the queue can take n more (at most its limit), woken by the takes that
+// free that much, and returns 0 once ctx ends.
+func TestRoomFor(t *testing.T) {
+	q := NewQueue(10)
+	ctx := context.Background()
+	if !q.Push(ctx, deliveries(8)) {
+		t.Fatal("push refused")
+	}
+	got := make(chan int, 1)
+	go func() { got <- q.RoomFor(ctx, 6) }()
+	for i := 0; i < 3; i++ {
+		q.Take()
+		select {
+		case n := <-got:
+			t.Fatalf("RoomFor(6) returned %d with %d free", n, 2+i+1)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	q.Take() // 6 free now
+	select {
+	case n := <-got:
+		if n != 6 {
+			t.Fatalf("RoomFor(6) = %d, want 6", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("RoomFor(6) still waits with 6 free")
+	}
+	go func() { got <- q.RoomFor(ctx, 50) }() // more than it holds: until it is empty
+	for i := 0; i < 4; i++ {
+		select {
+		case n := <-got:
+			t.Fatalf("RoomFor(50) returned %d with %d queued", n, 4-i)
+		case <-time.After(20 * time.Millisecond):
+		}
+		q.Take()
+	}
+	select {
+	case n := <-got:
+		if n != 10 {
+			t.Fatalf("RoomFor(50) = %d, want 10", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("RoomFor(50) still waits with the queue empty")
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { got <- q.RoomFor(cctx, 10) }()
+	cancel()
+	select {
+	case n := <-got:
+		if n != 0 {
+			t.Fatalf("RoomFor after the end = %d, want 0", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("RoomFor did not return at the end of its context")
+	}
+}
