@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/flowrun/flowrun/internal/backoff"
 )
 
 // LabelDuplicate is the outcome of a delivery whose dedupe key already succeeded (SPEC §13).
@@ -20,6 +22,10 @@ const LabelDuplicate = "duplicate"
 const (
 	flowPollMin = 2 * time.Millisecond
 	flowPollMax = 50 * time.Millisecond
+	// A whole store round that failed is sent again after flowRetryMin, doubling up to
+	// flowRetryMax while it keeps failing.
+	flowRetryMin = 200 * time.Millisecond
+	flowRetryMax = 5 * time.Second
 	// flowMaxRound bounds the admissions, releases and renewals of one store round.
 	flowMaxRound = 512
 	// flowMaxHandoff bounds how often a lease passes to the next delivery of its key in this
@@ -70,7 +76,9 @@ type flowStage struct {
 	seq         uint64
 	closedIn    bool
 	stopped     bool
-	failing     bool // the store fails whole rounds (logged once)
+	failing     bool      // the store fails whole rounds (logged once)
+	fails       int       // whole rounds failed in a row: the backoff before the next grows with it
+	retryAt     time.Time // no round is sent before then (the backoff after a failed one)
 	// logged remembers the permanent faults logged at error (once per command, key, reason).
 	logged  map[faultKey]struct{}
 	poll    time.Duration
@@ -296,18 +304,22 @@ func (fs *flowStage) run(stop, grace context.Context) {
 		admitting := admittedOpen && !(fs.stopped && fs.returner != nil)
 		wait := time.Hour
 		renewDue := !fs.renewAt.IsZero() && !time.Now().Before(fs.renewAt)
+		work := len(fs.releases) > 0 || (admitting && len(fs.parked) > 0 && fs.admitMax() > 0) || renewDue
+		backingOff := false
 		if l := fs.linger(admitting, renewDue); l > 0 {
 			wait = l
-		} else if len(fs.releases) > 0 || (admitting && len(fs.parked) > 0 && fs.admitMax() > 0) || renewDue {
+		} else if d := time.Until(fs.retryAt); work && d > 0 {
+			// A failed round is not sent again before its backoff, whatever woke the stage.
+			wait, backingOff = d, true
+		} else if work {
 			ok := fs.round(grace, admitting)
 			switch {
 			case !ok:
 				wait = fs.backoff()
+				fs.retryAt = time.Now().Add(wait)
 			case admitting && len(fs.parked) > 0 && fs.admitMax() > 0:
 				wait = fs.nextPoll()
 			}
-		} else if admitting && len(fs.parked) > 0 && fs.admitMax() > 0 {
-			wait = fs.nextPoll()
 		}
 		// Workers end once nothing is left to admit: the queue is closed and drained (after a
 		// stop, the source's Receive has returned), or the grace period is over.
@@ -315,7 +327,7 @@ func (fs *flowStage) run(stop, grace context.Context) {
 			admittedOpen = false
 			close(fs.admitted)
 		}
-		if !fs.renewAt.IsZero() {
+		if !fs.renewAt.IsZero() && !backingOff {
 			wait = min(wait, max(time.Until(fs.renewAt), 0))
 		}
 		timer.Reset(wait) // Go 1.23 timers: Reset drops a stale tick
@@ -606,9 +618,11 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 			}
 			ev.Err(err).Msg("flow control: store round failed; retrying with backoff")
 		}
+		fs.fails++
 		return false
 	}
 	fs.rtt = time.Since(now)
+	fs.fails = 0
 	if fs.failing {
 		fs.failing = false
 		fs.r.log.Info().Msg("flow control: store recovered")
@@ -811,7 +825,13 @@ func (fs *flowStage) nextPoll() time.Duration {
 	return p
 }
 
-func (fs *flowStage) backoff() time.Duration { return 200 * time.Millisecond }
+// backoff is the wait before a failed round is sent again: from flowRetryMin, doubling with
+// each round that failed in a row, up to flowRetryMax (a store down for minutes is asked a few
+// times a minute, not five times a second). Lease renewals still go out on time (run caps the
+// wait at the next renewal).
+func (fs *flowStage) backoff() time.Duration {
+	return backoff.Cap(flowRetryMin, flowRetryMax, fs.fails)
+}
 
 // flushUnreleased passes on the decisions whose leases could not be released before the end
 // of the grace period: the leases expire by themselves. An ack or drop whose dedupe key was not

@@ -347,6 +347,48 @@ func TestFlowStoreFailureIsRetried(t *testing.T) {
 	}
 }
 
+// timedStore fails its first rounds and notes when each failing round came.
+type timedStore struct {
+	*MemFlowStore
+	mu    sync.Mutex
+	fails int
+	at    []time.Time
+}
+
+func (f *timedStore) Round(ctx context.Context, r *FlowRound) error {
+	f.mu.Lock()
+	if len(f.at) < f.fails {
+		f.at = append(f.at, time.Now())
+		f.mu.Unlock()
+		return errors.New("connection refused")
+	}
+	f.mu.Unlock()
+	return f.MemFlowStore.Round(ctx, r)
+}
+
+// Whole rounds that keep failing are sent again after a growing backoff (200ms, 400ms, 800ms,
+// … up to 5s), even while new deliveries arrive and wake the stage in between.
+func TestFlowStoreFailureBacksOff(t *testing.T) {
+	src := &fakeSource{deliveries: keyed(40, "a", "b", "c", "d"), batch: 2}
+	store := &timedStore{MemFlowStore: NewMemFlowStore(), fails: 4}
+	p := pipeline(src, func(context.Context, *Delivery) Result { return Result{Outcome: Ack()} })
+	p.Flow = &Flow{Concurrency: &ConcurrencyKey{Key: headerKey("k"), Limit: 1}, Store: store}
+	if err := run(t, context.Background(), Options{}, p); err != nil {
+		t.Fatal(err)
+	}
+	if settled, _, _ := src.snapshot(); len(settled) != 40 {
+		t.Fatalf("settled %d, want 40", len(settled))
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	for i := 1; i < len(store.at); i++ {
+		gap, want := store.at[i].Sub(store.at[i-1]), flowRetryMin<<(i-1)
+		if gap < want*9/10 {
+			t.Errorf("failed round %d came %s after the one before; want at least %s", i+1, gap, want)
+		}
+	}
+}
+
 // countingStore counts the admissions a store grants.
 type countingStore struct {
 	*MemFlowStore
