@@ -826,11 +826,11 @@ func (fs *flowStage) nextPoll() time.Duration {
 }
 
 // backoff is the wait before a failed round is sent again: from flowRetryMin, doubling with
-// each round that failed in a row, up to flowRetryMax (a store down for minutes is asked a few
-// times a minute, not five times a second). Lease renewals still go out on time (run caps the
-// wait at the next renewal).
+// each round that failed in a row, up to flowRetryMax (a store down for minutes is asked every
+// few seconds, not five times a second), and at most a quarter of the lease, so that once the
+// store is back the leases of running deliveries are renewed well before they expire.
 func (fs *flowStage) backoff() time.Duration {
-	return backoff.Cap(flowRetryMin, flowRetryMax, fs.fails)
+	return backoff.Cap(flowRetryMin, min(flowRetryMax, max(fs.lease/4, flowRetryMin)), fs.fails)
 }
 
 // flushUnreleased passes on the decisions whose leases could not be released before the end
