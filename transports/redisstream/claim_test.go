@@ -2,6 +2,7 @@ package redisstream
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -207,6 +208,20 @@ func TestDeletedPendingEntriesAcked(t *testing.T) {
 	}
 }
 
+// claimOnce runs one claiming pass of up to count entries and waits for it: claimAhead's
+// steps without a second pass in flight.
+func (r *reader) claimOnce(ctx context.Context, count int) ([]*engine.Delivery, error) {
+	if err := r.listIdle(ctx, count); err != nil {
+		return nil, err
+	}
+	p := r.newPass(count)
+	if p == nil {
+		return nil, nil
+	}
+	r.runPass(ctx, p)
+	return r.finishPass(ctx, p)
+}
+
 // A claiming takeover sends one round trip per pass: the XCLAIM of this pass's candidates and
 // the XPENDING that lists the next pass's. A candidate someone else took in between is refused
 // by XCLAIM's MIN-IDLE, and delivery counts stay exact; candidates older than min_idle are
@@ -232,7 +247,7 @@ func TestClaimingPassesOneRoundTrip(t *testing.T) {
 	r.reset()
 	pass := func(want ...string) {
 		t.Helper()
-		ds, err := r.claimIdle(e.ctx, 2)
+		ds, err := r.claimOnce(e.ctx, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -454,4 +469,93 @@ func TestClaimingStopWithPassesInFlight(t *testing.T) {
 	if n := e.pending("s", "g"); n != 0 {
 		t.Fatalf("pending = %d, want 0", n)
 	}
+}
+
+// loseReply lets the nth pipeline with an XCLAIM run in Redis and then reports a broken
+// connection, as when the reply is lost: the entries are claimed, the source never sees them.
+type loseReply struct {
+	n     int
+	mu    sync.Mutex
+	seen  int
+	ids   []string // the ids that pass asked for
+	fired chan struct{}
+}
+
+func (h *loseReply) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *loseReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *loseReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if cmds[0].Name() != "xclaim" {
+			return err
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.seen++; h.seen != h.n {
+			return err
+		}
+		for _, a := range cmds[0].Args()[5:] {
+			if id, ok := a.(string); ok && strings.Contains(id, "-") {
+				h.ids = append(h.ids, id)
+			}
+		}
+		lost := errors.New("read tcp: connection reset by peer")
+		for _, c := range cmds {
+			c.SetErr(lost)
+		}
+		close(h.fired)
+		return lost
+	}
+}
+
+// A pass whose reply is lost while another is in flight loses nothing: the source backs off,
+// hands over the other pass, and the entries the lost pass claimed (pending for this consumer,
+// never seen) come back once idle for min_idle, one delivery more on their count. Every entry
+// is delivered, and the group ends with nothing pending.
+func TestClaimingPassReplyLost(t *testing.T) {
+	e := newEnv(t)
+	const n = 200
+	deadBacklog(e, n)
+	c, rec := e.client()
+	h := &loseReply{n: 3, fired: make(chan struct{})}
+	c.AddHook(h)
+	o := claimOpts(KindClaiming, "a")
+	o.Batch = 16
+	a := e.startWith(c, rec, o)
+	seen, attempt := map[string]int{}, map[string]int{}
+	deadline := time.After(20 * time.Second)
+	for len(seen) < n {
+		select {
+		case d := <-a.Out():
+			seen[d.ID]++
+			attempt[d.ID] = d.Attempt
+			a.settle(t, ack(d)...)
+		case <-deadline:
+			t.Fatalf("%d of %d entries delivered", len(seen), n)
+		}
+	}
+	select {
+	case <-h.fired:
+	default:
+		t.Fatal("no reply was lost")
+	}
+	h.mu.Lock()
+	lost := slices.Clone(h.ids)
+	h.mu.Unlock()
+	if len(lost) == 0 {
+		t.Fatal("the lost pass asked for no ids")
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Errorf("%s delivered %d times", id, k)
+		}
+	}
+	// The dead consumer's read was the first delivery, the lost claim the second (it counts:
+	// the handler may have been about to run it), so these come as attempt 3, the rest as 2.
+	for _, id := range lost {
+		if attempt[id] != 3 {
+			t.Errorf("%s came back as attempt %d, want 3", id, attempt[id])
+		}
+	}
+	e.waitFor("nothing pending", 10*time.Second, func() bool { return e.pending("s", "g") == 0 })
 }

@@ -3,6 +3,7 @@ package redisstream
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,9 +39,8 @@ type claimPass struct {
 
 type pendingInfo struct{ count, idle int64 }
 
-// claimIdle is the claiming kind's pass over idle entries of any consumer (SPEC §2): XPENDING
+// claimAhead is the claiming kind's pass over idle entries of any consumer (SPEC §2): XPENDING
 // IDLE min_idle, then XCLAIM with min_idle, so when two workers race only one wins each id.
-// It runs one pass and waits for it; claimAhead is the same with passes overlapping.
 //
 // The XPENDING that finds the next passes' candidates rides behind a pass's XCLAIM, in one
 // round trip, and lists what comes after the candidates already known: a takeover of a long
@@ -50,22 +50,11 @@ type pendingInfo struct{ count, idle int64 }
 // delivery count the XPENDING reported is still the entry's when XCLAIM succeeds. Idle entries
 // before the last listing (one another worker claimed and then left, say) are found by the
 // next listing from the start, once the known candidates run out.
-func (r *reader) claimIdle(ctx context.Context, count int) ([]*engine.Delivery, error) {
-	if err := r.listIdle(ctx, count); err != nil {
-		return nil, err
-	}
-	p := r.newPass(count)
-	if p == nil {
-		return nil, nil
-	}
-	r.runPass(ctx, p)
-	return r.finishPass(ctx, p)
-}
-
-// claimAhead is claimIdle with up to maxPasses passes in flight: it sends what room allows
-// beyond the passes already sent, then waits for the oldest and returns what it claimed.
-// Passes are handed over in the order they were sent. room is what the engine can take now;
-// passes in flight count against it, so reading stays within one batch of the handlers.
+//
+// Up to maxPasses passes are in flight: it sends what room allows beyond the passes already
+// sent, then waits for the oldest and returns what it claimed. Passes are handed over in the
+// order they were sent. room is what the engine can take now; passes in flight count against
+// it, so reading stays within one batch of the handlers.
 func (r *reader) claimAhead(ctx context.Context, room int) ([]*engine.Delivery, error) {
 	s := r.s
 	if len(r.passes) == 0 {
@@ -105,6 +94,11 @@ func (r *reader) claimAhead(ctx context.Context, room int) ([]*engine.Delivery, 
 	<-p.done
 	r.passes = r.passes[1:]
 	return r.finishPass(ctx, p)
+}
+
+// listingInFlight reports whether a pass in flight lists the next candidates.
+func (r *reader) listingInFlight() bool {
+	return slices.ContainsFunc(r.passes, func(p *claimPass) bool { return p.listFrom != "" })
 }
 
 // passSize is how many entries a claiming pass asks for: half a batch, so that a second pass
@@ -152,13 +146,12 @@ func (r *reader) newPass(count int) *claimPass {
 	// The pass lists the candidates after those known, enough for maxPasses passes, unless a
 	// listing is in flight already (whose end is not known yet). So the known candidates stay
 	// within a batch, and with two passes in flight one listing serves both.
-	if want := maxPasses*passSize(s.o.Batch) - len(r.cands); !r.listing && want > 0 {
+	if want := maxPasses*passSize(s.o.Batch) - len(r.cands); !r.listingInFlight() && want > 0 {
 		last := p.ids[len(p.ids)-1]
 		if len(r.cands) > 0 {
 			last = r.cands[len(r.cands)-1].ID
 		}
 		p.listFrom, p.listCount = "("+last, want
-		r.listing = true
 	}
 	if r.claiming == nil {
 		r.claiming = make(map[string]struct{})
@@ -216,22 +209,19 @@ func (r *reader) runPass(ctx context.Context, p *claimPass) {
 		}
 	}
 	p.ds = s.deliveries(keep)
-	// XCLAIM answers in the order of its ids, leaving out those it refused.
-	j := 0
+	// XCLAIM answers in the order of its ids, leaving out those it refused: each entry is
+	// found after the last one (a search from the start only if that ever were not so).
+	from := 0
 	for _, d := range p.ds {
-		for j < len(p.ids) && p.ids[j] != d.ID {
-			j++
+		i := slices.Index(p.ids[from:], d.ID)
+		if i >= 0 {
+			i += from
+		} else {
+			i = slices.Index(p.ids, d.ID)
 		}
 		var in pendingInfo
-		if j < len(p.ids) {
-			in = p.infos[j]
-		} else { // not expected; look it up rather than guess
-			for i, id := range p.ids {
-				if id == d.ID {
-					in = p.infos[i]
-				}
-			}
-			j = 0
+		if i >= 0 {
+			in, from = p.infos[i], i+1
 		}
 		d.DeliveryCount = int(in.count) // deliveries before this one
 		d.Attempt = d.DeliveryCount + 1
@@ -247,7 +237,6 @@ func (r *reader) finishPass(ctx context.Context, p *claimPass) ([]*engine.Delive
 		delete(r.claiming, id)
 	}
 	if p.listFrom != "" {
-		r.listing = false
 		switch {
 		case !p.nextOK:
 			r.cands = nil // the next pass lists from the start
@@ -275,5 +264,5 @@ func (r *reader) dropPasses() {
 		}
 		r.s.track.remove(ids)
 	}
-	r.passes, r.claiming, r.listing = nil, nil, false
+	r.passes, r.claiming = nil, nil
 }

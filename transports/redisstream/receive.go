@@ -132,7 +132,6 @@ type reader struct {
 	// claiming: their ids, which no other pass may take.
 	passes   []*claimPass
 	claiming map[string]struct{}
-	listing  bool // a pass in flight lists the next candidates
 }
 
 // reset is the state at start and after any failure: the group may be gone (a restarted Redis
