@@ -363,12 +363,17 @@ func (s *server) redrive(w http.ResponseWriter, r *http.Request) {
 	res := actionResult{Action: "redrive", Count: moved, Target: target,
 		Message: fmt.Sprintf("%d redriven to %s", moved, target)}
 	s.o.Logger.Info().Str(engine.FieldPipeline, p.Name).Int("count", moved).Str("target", target).Msg("status page: dead letters redriven")
+	writeAction(w, res, err)
+}
+
+// writeAction answers an action: 200 with its result, or 502 with Redis's error beside what
+// was done before it (a redrive or purge that failed half-way reports both).
+func writeAction(w http.ResponseWriter, res actionResult, err error) {
+	status := http.StatusOK
 	if err != nil {
-		res.Error = err.Error()
-		writeJSON(w, http.StatusBadGateway, res)
-		return
+		res.Error, status = err.Error(), http.StatusBadGateway
 	}
-	writeJSON(w, http.StatusOK, res)
+	writeJSON(w, status, res)
 }
 
 func (s *server) purge(w http.ResponseWriter, r *http.Request) {
@@ -386,10 +391,5 @@ func (s *server) purge(w http.ResponseWriter, r *http.Request) {
 	s.o.Refresh()
 	res := actionResult{Action: "purge", Count: deleted, Message: fmt.Sprintf("%d purged from %s", deleted, p.DeadLetter)}
 	s.o.Logger.Info().Str(engine.FieldPipeline, p.Name).Int("count", deleted).Str("key", p.DeadLetter).Msg("status page: dead letters purged")
-	if err != nil {
-		res.Error = err.Error()
-		writeJSON(w, http.StatusBadGateway, res)
-		return
-	}
-	writeJSON(w, http.StatusOK, res)
+	writeAction(w, res, err)
 }
