@@ -118,12 +118,12 @@ func TestMedians(t *testing.T) {
 
 func TestSummarize(t *testing.T) {
 	start := time.UnixMicro(1_000_000_000)
-	o := offered{sent: 3, start: start, took: time.Second}
 	warm := start.UnixMicro() + latencyWarmup.Microseconds()
+	o := offered{sent: 3, took: time.Second, from: warm, end: start.Add(time.Second)}
 	samples := []sample{
 		{sent: start.UnixMicro(), handled: start.UnixMicro() + 5000}, // warm-up: not counted
 		{sent: warm, handled: warm + 100},
-		{sent: warm + 10, handled: start.Add(o.took).UnixMicro() + 20_000},
+		{sent: warm + 10, handled: o.end.UnixMicro() + 20_000},
 	}
 	got, err := summarize(samples, o)
 	if err != nil {

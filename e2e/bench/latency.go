@@ -29,19 +29,23 @@ const (
 	maxBehind = 100
 )
 
-// runLatency offers -rate XADDs per second for -duration (after a warm-up) to one side at a time
-// and measures, per entry, the handler's wall clock minus the producer's wall clock just before
-// its XADD (field sent, unix µs); all processes run on one machine, so one clock. It has two rows:
+// runLatency offers -rate XADDs per second for -duration (after a warm-up) to each side and
+// measures, per entry, the handler's wall clock minus the producer's wall clock just before its
+// XADD (field sent, unix µs); all processes run on one machine, so one clock. It has two rows:
 //
 //   - latency: the handler only acknowledges. flowrun's rule emits a record to stdout (no Redis
-//     command) with handled = now().UnixMicro() and sent; plain notes time.Now() in memory and
-//     XACKs the batch. Redis sees XREADGROUP and XACK from both.
+//     command) with handled = now().UnixMicro() and sent; plain notes time.Now() and writes
+//     "sent handled" to stdout once the batch is acknowledged. Redis sees XREADGROUP and XACK
+//     from both.
 //   - latency-emit: the handler emits to an out stream with handled, sent and the payload, then
 //     acknowledges. Plain: one pipeline of the batch's XADDs and its XACK. The samples are read
 //     back from the out streams, the same way for both.
 //
 // Each side reads its own stream with its own group, created at "$" before it starts; both
-// read with COUNT -batch and BLOCK 1s.
+// read with COUNT -batch and BLOCK 1s. Both sides run throughout and the producer offers the
+// rate to one side at a time, in turns of latencyTurn: a stall of the machine (another tenant,
+// a noisy neighbour) then falls on both sides alike, where measuring one side after the other
+// let it fall on one.
 func runLatency(ctx context.Context, b *bench) (results, error) {
 	prod := redis.NewClient(&redis.Options{Addr: b.srv.Addr})
 	defer prod.Close()
@@ -51,70 +55,115 @@ func runLatency(ctx context.Context, b *bench) (results, error) {
 		if emit {
 			name = "latency-emit"
 		}
-		lr := latencyRow{name: name}
-		plainRun, err := b.plainLatencySide(ctx, prod, name, emit, &lr.plain)
+		lr, err := b.latencyRow(ctx, prod, name, emit)
 		if err != nil {
-			return results{}, fmt.Errorf("plain: %w", err)
+			return results{}, err
 		}
 		fmt.Printf("%-17s plain %s\n", name, lr.plain)
-		flowRun, err := b.flowrunLatencySide(ctx, prod, name, emit, &lr.flowrun, &lr.rss)
-		if err != nil {
-			return results{}, fmt.Errorf("flowrun: %w", err)
-		}
-		lr.offered = (plainRun.rate() + flowRun.rate()) / 2
 		fmt.Printf("%-17s flowrun %s, p99 ratio %.2f, flowrun peak RSS %s\n", name, lr.flowrun, ratioOf(lr.flowrun.p99, lr.plain.p99), mib(lr.rss))
 		res.lat = append(res.lat, lr)
 	}
 	return res, nil
 }
 
-// plainLatencySide measures the plain consumer: XREADGROUP COUNT batch BLOCK 1s; per entry the
+// latencyRow starts both sides of one row, offers the rate to them in turns, and measures them.
+func (b *bench) latencyRow(ctx context.Context, prod *redis.Client, name string, emit bool) (latencyRow, error) {
+	lr := latencyRow{name: name}
+	plain, err := b.startPlainLatency(ctx, name, emit)
+	if err != nil {
+		return lr, fmt.Errorf("plain: %w", err)
+	}
+	flow, err := b.startFlowrunLatency(ctx, name, emit)
+	if err != nil {
+		plain.stop()
+		return lr, fmt.Errorf("flowrun: %w", err)
+	}
+	err = b.offerInTurns(flow.ctx, prod, []*latencySide{plain, flow})
+	for _, side := range []*latencySide{plain, flow} {
+		var samples []sample
+		if err == nil {
+			samples, err = b.samplesOf(flow.ctx, side.stream, emit, &side.col)
+		}
+		if serr := side.stop(); err == nil {
+			err = serr
+		}
+		if err == nil {
+			side.lat, err = summarize(samples, side.o)
+		}
+		if err != nil {
+			err = fmt.Errorf("%s: %w", side.name, err)
+		}
+	}
+	lr.plain, lr.flowrun, lr.rss = plain.lat, flow.lat, flow.rss
+	lr.offered = (plain.o.rate() + flow.o.rate()) / 2
+	return lr, err
+}
+
+// latencySide is one running consumer of a latency row, reading its own stream.
+type latencySide struct {
+	name   string // plain or flowrun
+	stream string
+	emit   bool
+	col    collector // its samples, without emits
+	ctx    context.Context
+	// stop ends the consumer once its samples are taken and reports how it ended; it notes
+	// flowrun's peak RSS in rss.
+	stop func() error
+	o    offered
+	lat  latencies
+	rss  int64
+}
+
+// handled is how many entries the side has handled: its out stream's length with emits, else
+// the samples collected.
+func (s *latencySide) handled(ctx context.Context, b *bench) (int64, error) {
+	if s.emit {
+		return b.obs.XLen(ctx, s.stream+":out").Result()
+	}
+	return s.col.len(), nil
+}
+
+// startPlainLatency starts the plain consumer: XREADGROUP COUNT batch BLOCK 1s; per entry the
 // handled time; then one XACK (with the XADDs, when emit) per batch. It runs in a process of its
 // own, as flowrun does: in this one it would share the producer's runtime, whose network poller
 // is awake for every XADD's reply anyway and would pick up its reads for free.
-func (b *bench) plainLatencySide(ctx context.Context, prod *redis.Client, name string, emit bool, lat *latencies) (offered, error) {
-	stream := "bench:" + name + ":plain"
-	if err := b.rdb.XGroupCreateMkStream(ctx, stream, "g", "$").Err(); err != nil {
-		return offered{}, err
+func (b *bench) startPlainLatency(ctx context.Context, name string, emit bool) (*latencySide, error) {
+	side := &latencySide{name: "plain", stream: "bench:" + name + ":plain", emit: emit, ctx: ctx}
+	if err := b.rdb.XGroupCreateMkStream(ctx, side.stream, "g", "$").Err(); err != nil {
+		return nil, err
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return offered{}, err
+		return nil, err
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), childEnv+"=plain-latency", "BENCH_ADDR="+b.srv.Addr,
-		"BENCH_STREAM="+stream, "BENCH_BATCH="+strconv.Itoa(b.o.batch), "BENCH_EMIT="+strconv.FormatBool(emit))
+		"BENCH_STREAM="+side.stream, "BENCH_BATCH="+strconv.Itoa(b.o.batch), "BENCH_EMIT="+strconv.FormatBool(emit))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return offered{}, err
+		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return offered{}, fmt.Errorf("start the plain consumer: %w", err)
+		return nil, fmt.Errorf("start the plain consumer: %w", err)
 	}
-	var col collector
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
-		col.readPlain(out)
+		side.col.readPlain(out)
 	}()
-	o, err := b.offerTo(ctx, prod, stream, b.handledCount(stream, emit, &col))
-	var samples []sample
-	if err == nil {
-		samples, err = b.samplesOf(ctx, stream, emit, &col)
+	side.stop = func() error {
+		cmd.Process.Signal(syscall.SIGTERM)
+		<-read
+		if err := cmd.Wait(); err != nil {
+			return fmt.Errorf("plain consumer: %w", err)
+		}
+		if err := side.col.failed(); err != nil {
+			return fmt.Errorf("plain consumer's samples: %w", err)
+		}
+		return nil
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	<-read
-	if werr := cmd.Wait(); err == nil && werr != nil {
-		err = fmt.Errorf("plain consumer: %w", werr)
-	}
-	if err == nil && col.err != nil {
-		err = fmt.Errorf("plain consumer's samples: %w", col.err)
-	}
-	if err == nil {
-		*lat, err = summarize(samples, o)
-	}
-	return o, err
+	return side, nil
 }
 
 // childEnv names the process a bench child plays; see runChild.
@@ -148,18 +197,18 @@ func runChild() error {
 	return err
 }
 
-// flowrunLatencySide measures flowrun: an ack rule that emits a record to stdout, or a stream
-// emit, carrying the handled time and the sent field.
-func (b *bench) flowrunLatencySide(ctx context.Context, prod *redis.Client, name string, emit bool, lat *latencies, rss *int64) (offered, error) {
-	stream := "bench:" + name + ":flowrun"
-	if err := b.rdb.XGroupCreateMkStream(ctx, stream, "g", "$").Err(); err != nil {
-		return offered{}, err
+// startFlowrunLatency starts flowrun with an ack rule that emits a record to stdout, or a
+// stream emit, carrying the handled time and the sent field.
+func (b *bench) startFlowrunLatency(ctx context.Context, name string, emit bool) (*latencySide, error) {
+	side := &latencySide{name: "flowrun", stream: "bench:" + name + ":flowrun", emit: emit}
+	if err := b.rdb.XGroupCreateMkStream(ctx, side.stream, "g", "$").Err(); err != nil {
+		return nil, err
 	}
 	emitBlock := `emit "record" {
       key     = "latency"`
 	if emit {
 		emitBlock = fmt.Sprintf(`emit "stream" {
-      key     = %q`, stream+":out")
+      key     = %q`, side.stream+":out")
 	}
 	cfg := b.redisBlock() + fmt.Sprintf(`pipeline %q {
   source "stream" {
@@ -176,73 +225,102 @@ func (b *bench) flowrunLatencySide(ctx context.Context, prod *redis.Client, name
     outcome = "ack"
   }
 }
-`, name, stream, b.o.batch, b.concurrencyLine(), emitBlock)
-	var col collector
-	var stdout io.Writer
-	var records sync.WaitGroup
-	if !emit {
-		r, w := io.Pipe()
-		defer r.Close()
-		stdout = w
-		records.Add(1)
+`, name, side.stream, b.o.batch, b.concurrencyLine(), emitBlock)
+	var stdout *io.PipeWriter
+	records := make(chan struct{})
+	if emit {
+		close(records)
+	} else {
+		var r *io.PipeReader
+		r, stdout = io.Pipe()
 		go func() {
-			defer records.Done()
-			col.readRecords(r)
+			defer close(records)
+			side.col.readRecords(r)
 		}()
 	}
-	p, err := b.startFlowrun(name, cfg, stdout)
+	var w io.Writer
+	if stdout != nil {
+		w = stdout
+	}
+	p, err := b.startFlowrun(name, cfg, w)
 	if err != nil {
-		return offered{}, err
-	}
-	o, err := b.offerTo(p.ctx, prod, stream, b.handledCount(stream, emit, &col))
-	var samples []sample
-	if err == nil {
-		samples, err = b.samplesOf(p.ctx, stream, emit, &col)
-	}
-	if err != nil {
-		p.kill()
-		return o, err
-	}
-	if *rss, err = p.stop(); err != nil {
-		return o, err
-	}
-	if w, ok := stdout.(*io.PipeWriter); ok {
-		w.Close()
-		records.Wait()
-		if col.err != nil {
-			return o, fmt.Errorf("flowrun's records: %w", col.err)
+		if stdout != nil {
+			stdout.Close()
 		}
+		return nil, err
 	}
-	*lat, err = summarize(samples, o)
-	return o, err
+	side.ctx = p.ctx
+	side.stop = func() error {
+		if p.ctx.Err() != nil {
+			p.kill()
+			return context.Cause(p.ctx)
+		}
+		var err error
+		if side.rss, err = p.stop(); err != nil {
+			return err
+		}
+		if stdout != nil {
+			stdout.Close()
+		}
+		<-records
+		if err := side.col.failed(); err != nil {
+			return fmt.Errorf("flowrun's records: %w", err)
+		}
+		return nil
+	}
+	return side, nil
 }
 
 // sample is one entry's sent and handled times, unix µs.
 type sample struct{ sent, handled int64 }
 
-// collector gathers samples in memory: the plain consumer's without emits, and flowrun's records.
+// collector gathers a side's sample lines in memory: the plain consumer's without emits, and
+// flowrun's records. It only copies and counts lines while the side is measured and parses them
+// in all, afterwards: decoding flowrun's JSON records as they came took CPU from the machine
+// both sides share, on flowrun's turn only.
 type collector struct {
-	mu      sync.Mutex
-	samples []sample
-	err     error // readRecords: a line that is not a record with both times
-}
-
-func (c *collector) add(s ...sample) {
-	c.mu.Lock()
-	c.samples = append(c.samples, s...)
-	c.mu.Unlock()
+	parse func(line []byte) (sample, error)
+	mu    sync.Mutex
+	data  []byte // the lines read, back to back
+	ends  []int  // where each line ends in data
+	err   error  // all: a line that is not a sample
 }
 
 func (c *collector) len() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return int64(len(c.samples))
+	return int64(len(c.ends))
 }
 
+// all parses the lines read so far; one that is not a sample is noted in c.err.
 func (c *collector) all() []sample {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return slices.Clone(c.samples)
+	samples := make([]sample, 0, len(c.ends))
+	for i, end := range c.ends {
+		line := c.data[c.start(i):end]
+		s, err := c.parse(line)
+		if err != nil {
+			c.err = errors.Join(c.err, fmt.Errorf("%q: %w", line, err))
+			continue
+		}
+		samples = append(samples, s)
+	}
+	return samples
+}
+
+// failed is what all found that is not a sample.
+func (c *collector) failed() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *collector) start(i int) int {
+	if i == 0 {
+		return 0
+	}
+	return c.ends[i-1]
 }
 
 // readRecords collects the records flowrun writes to stdout (SPEC §3), until r ends.
@@ -264,19 +342,17 @@ func (c *collector) readPlain(r io.Reader) {
 	})
 }
 
-// readLines collects a sample per line of r, parsed by parse, until r ends; a line that is not
-// one is noted in c.err.
-func (c *collector) readLines(r io.Reader, parse func([]byte) (sample, error)) {
+// readLines keeps each line of r until r ends, for all to parse with parse.
+func (c *collector) readLines(r io.Reader, parse func(line []byte) (sample, error)) {
+	c.mu.Lock()
+	c.parse = parse
+	c.mu.Unlock()
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		s, err := parse(sc.Bytes())
-		if err != nil {
-			c.mu.Lock()
-			c.err = errors.Join(c.err, fmt.Errorf("%q: %w", sc.Text(), err))
-			c.mu.Unlock()
-			continue
-		}
-		c.add(s)
+		c.mu.Lock()
+		c.data = append(c.data, sc.Bytes()...)
+		c.ends = append(c.ends, len(c.data))
+		c.mu.Unlock()
 	}
 	io.Copy(io.Discard, r) // a line too long for the scanner: keep the writer flowing
 }
@@ -285,15 +361,6 @@ func sampleOf(sent, handled string) (sample, error) {
 	s, err1 := strconv.ParseInt(sent, 10, 64)
 	h, err2 := strconv.ParseInt(handled, 10, 64)
 	return sample{sent: s, handled: h}, errors.Join(err1, err2)
-}
-
-// handledCount is how many entries a side has handled: its out stream's length with emits, else
-// the samples collected.
-func (b *bench) handledCount(stream string, emit bool, col *collector) func(ctx context.Context) (int64, error) {
-	if emit {
-		return func(ctx context.Context) (int64, error) { return b.obs.XLen(ctx, stream+":out").Result() }
-	}
-	return func(context.Context) (int64, error) { return col.len(), nil }
 }
 
 // samplesOf returns a side's samples: read back from its out stream with emits, else collected.
@@ -324,51 +391,78 @@ func (b *bench) samplesOf(ctx context.Context, stream string, emit bool, col *co
 	}
 }
 
-// offered is what a producer sent: sent entries from start, in took.
+// offered is what the producer sent one side: sent entries in took of its turns; those sent
+// from from (unix µs) on are measured, the others are its warm-up; its last turn ended at end.
 type offered struct {
+	sent int
+	took time.Duration
+	from int64
+	end  time.Time
+}
+
+func (o offered) rate() float64 { return float64(o.sent) / o.took.Seconds() }
+
+// latencyTurn is how long the producer offers the rate to one side before it turns to the other.
+const latencyTurn = 250 * time.Millisecond
+
+// offerInTurns waits until every side's consumer blocks reading its stream (the only clients
+// that block meanwhile), offers the rate to one side at a time, latencyTurn each, until each had
+// the warm-up and -duration, and waits until each has handled every entry it was sent.
+func (b *bench) offerInTurns(ctx context.Context, prod *redis.Client, sides []*latencySide) error {
+	if err := waitFor(ctx, 30*time.Second, func() (bool, error) {
+		info, err := b.obs.InfoMap(ctx, "clients").Result()
+		n, _ := strconv.Atoi(info["Clients"]["blocked_clients"])
+		return n >= len(sides), err
+	}); err != nil {
+		return fmt.Errorf("waiting for %d consumers to block: %w", len(sides), err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	turns := int(math.Ceil(float64(latencyWarmup+b.o.duration) / float64(latencyTurn)))
+	warm := int(math.Ceil(float64(latencyWarmup) / float64(latencyTurn)))
+	for t := range turns {
+		for _, side := range sides {
+			o, err := offer(ctx, prod, side.stream, b.o.rate, latencyTurn, side.o.sent)
+			if err != nil {
+				return fmt.Errorf("%s: %w", side.name, err)
+			}
+			if t == warm {
+				side.o.from = o.start.UnixMicro()
+			}
+			side.o.sent += o.sent
+			side.o.took += o.took
+			side.o.end = o.start.Add(o.took)
+		}
+	}
+	for _, side := range sides {
+		err := waitFor(ctx, 30*time.Second, func() (bool, error) {
+			n, err := side.handled(ctx, b)
+			return n >= int64(side.o.sent), err
+		})
+		if err != nil {
+			return fmt.Errorf("%s: waiting for all %d entries to be handled: %w", side.name, side.o.sent, err)
+		}
+	}
+	return nil
+}
+
+// turn is one turn of the producer: sent entries from start, in took.
+type turn struct {
 	sent  int
 	start time.Time
 	took  time.Duration
 }
 
-func (o offered) rate() float64 { return float64(o.sent) / o.took.Seconds() }
-
-// offerTo waits until the side's consumer blocks reading stream (the only client that blocks
-// meanwhile), offers the rate to it and waits until it has handled every entry.
-func (b *bench) offerTo(ctx context.Context, prod *redis.Client, stream string, handled func(context.Context) (int64, error)) (offered, error) {
-	if err := waitFor(ctx, 30*time.Second, func() (bool, error) {
-		info, err := b.obs.InfoMap(ctx, "clients").Result()
-		n, _ := strconv.Atoi(info["Clients"]["blocked_clients"])
-		return n > 0, err
-	}); err != nil {
-		return offered{}, fmt.Errorf("waiting for a consumer to block on %s: %w", stream, err)
-	}
-	time.Sleep(100 * time.Millisecond)
-	o, err := offer(ctx, prod, stream, b.o.rate, latencyWarmup+b.o.duration)
-	if err != nil {
-		return o, err
-	}
-	err = waitFor(ctx, 30*time.Second, func() (bool, error) {
-		n, err := handled(ctx)
-		return n >= int64(o.sent), err
-	})
-	if err != nil {
-		return o, fmt.Errorf("waiting for all %d entries to be handled: %w", o.sent, err)
-	}
-	return o, nil
-}
-
 // offer XADDs to stream at rate for d, each entry stamped (field sent, unix µs) just before it
 // is sent, one XADD at a time on schedule; a producer that fell more than maxBehind behind
-// sends its backlog in one pipeline.
-func offer(ctx context.Context, rdb *redis.Client, stream string, rate int, d time.Duration) (offered, error) {
+// sends its backlog in one pipeline. Payloads are numbered from first.
+func offer(ctx context.Context, rdb *redis.Client, stream string, rate int, d time.Duration, first int) (turn, error) {
 	interval := float64(time.Second) / float64(rate)
 	start := time.Now()
 	i := 0
 	for ctx.Err() == nil {
 		el := time.Since(start)
 		if el >= d {
-			return offered{sent: i, start: start, took: el}, nil
+			return turn{sent: i, start: start, took: el}, nil
 		}
 		due := int(float64(el)/interval) + 1
 		switch {
@@ -376,22 +470,22 @@ func offer(ctx context.Context, rdb *redis.Client, stream string, rate int, d ti
 			p := rdb.Pipeline()
 			sent := strconv.FormatInt(time.Now().UnixMicro(), 10)
 			for ; i < due; i++ {
-				p.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []string{"sent", sent, "payload", payload(i)}})
+				p.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []string{"sent", sent, "payload", payload(first + i)}})
 			}
 			if _, err := p.Exec(ctx); err != nil {
-				return offered{}, fmt.Errorf("xadd: %w", err)
+				return turn{}, fmt.Errorf("xadd: %w", err)
 			}
 		case due > i:
 			sent := strconv.FormatInt(time.Now().UnixMicro(), 10)
-			if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []string{"sent", sent, "payload", payload(i)}}).Err(); err != nil {
-				return offered{}, fmt.Errorf("xadd: %w", err)
+			if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []string{"sent", sent, "payload", payload(first + i)}}).Err(); err != nil {
+				return turn{}, fmt.Errorf("xadd: %w", err)
 			}
 			i++
 		default:
 			time.Sleep(time.Until(start.Add(time.Duration(float64(i) * interval))))
 		}
 	}
-	return offered{}, context.Cause(ctx)
+	return turn{}, context.Cause(ctx)
 }
 
 // plainLatency is the plain blocking consumer of the latency workload; it runs until ctx ends.
@@ -444,11 +538,10 @@ func summarize(samples []sample, o offered) (latencies, error) {
 	if len(samples) != o.sent {
 		return latencies{}, fmt.Errorf("%d entries handled, want %d", len(samples), o.sent)
 	}
-	from := o.start.Add(latencyWarmup).UnixMicro()
 	var lat []int64
 	var last int64 // the latest handled time
 	for _, s := range samples {
-		if s.sent >= from {
+		if s.sent >= o.from {
 			lat = append(lat, s.handled-s.sent)
 		}
 		last = max(last, s.handled)
@@ -462,7 +555,7 @@ func summarize(samples []sample, o offered) (latencies, error) {
 		p50:     percentile(lat, 0.50),
 		p99:     percentile(lat, 0.99),
 		p999:    percentile(lat, 0.999),
-		behind:  max(0, time.Duration(last-o.start.Add(o.took).UnixMicro())*time.Microsecond),
+		behind:  max(0, time.Duration(last-o.end.UnixMicro())*time.Microsecond),
 	}, nil
 }
 
