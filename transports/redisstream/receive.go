@@ -46,6 +46,7 @@ func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 			closeRC()
 		}()
 		r.rc = rc
+		defer r.dropConn()
 	}
 	defer r.dropCarry()
 	defer r.dropPasses()
@@ -69,6 +70,7 @@ func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 			break
 		}
 		s.ready.Store(false)
+		r.dropConn()
 		err = redisconn.RedactError(err, s.secrets...)
 		if !everOK && redisconn.IsConfigError(err) {
 			return fmt.Errorf("redisstream: %s: %w", s.o.Stream, err)
@@ -116,6 +118,7 @@ type reader struct {
 	dials       uint64 // stream: the dial count when last checked
 
 	rc    *redis.Client      // reads of new entries, when the source has a client of its own
+	conn  *redis.Conn        // rc's one connection, held from read to read; dropped on an error
 	got   []*engine.Delivery // what the last step read, handed over by Receive
 	carry []redis.XMessage   // reclaim: claimed, tracked, delivery counts not learned yet
 
@@ -227,12 +230,26 @@ func claimPause(minIdle time.Duration) time.Duration {
 	return min(minIdle/10, time.Second)
 }
 
-// readClient is the client reads of new entries use.
+// readClient is the client reads of new entries use: the source's own connection, held rather
+// than taken from rc's pool for each read, since go-redis checks a pooled connection's health
+// with a system call each time it hands it out (at low rates, one more per message).
 func (r *reader) readClient() redis.Cmdable {
-	if r.rc != nil {
-		return r.rc
+	if r.rc == nil {
+		return r.s.c
 	}
-	return r.s.c
+	if r.conn == nil {
+		r.conn = r.rc.Conn()
+	}
+	return r.conn
+}
+
+// dropConn gives the held read connection back after an error (go-redis closes it if it
+// broke), so the next read takes a checked or new one from the pool.
+func (r *reader) dropConn() {
+	if r.conn != nil {
+		r.conn.Close()
+		r.conn = nil
+	}
 }
 
 // push hands ds to the engine. Once ctx has ended nothing more is handed over, and the rest
