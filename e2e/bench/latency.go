@@ -80,18 +80,20 @@ func (b *bench) latencyRow(ctx context.Context, prod *redis.Client, name string,
 	}
 	err = b.offerInTurns(flow.ctx, prod, []*latencySide{plain, flow})
 	for _, side := range []*latencySide{plain, flow} {
+		// Each side is stopped whatever happened; the first error is the one reported.
 		var samples []sample
+		var serr error
 		if err == nil {
-			samples, err = b.samplesOf(flow.ctx, side.stream, emit, &side.col)
+			samples, serr = b.samplesOf(flow.ctx, side.stream, emit, &side.col)
 		}
-		if serr := side.stop(); err == nil {
-			err = serr
+		if stopErr := side.stop(); serr == nil {
+			serr = stopErr
 		}
-		if err == nil {
-			side.lat, err = summarize(samples, side.o)
+		if err == nil && serr == nil {
+			side.lat, serr = summarize(samples, side.o)
 		}
-		if err != nil {
-			err = fmt.Errorf("%s: %w", side.name, err)
+		if err == nil && serr != nil {
+			err = fmt.Errorf("%s: %w", side.name, serr)
 		}
 	}
 	lr.plain, lr.flowrun, lr.rss = plain.lat, flow.lat, flow.rss
@@ -104,8 +106,8 @@ type latencySide struct {
 	name   string // plain or flowrun
 	stream string
 	emit   bool
-	col    collector // its samples, without emits
-	ctx    context.Context
+	col    collector       // its samples, without emits
+	ctx    context.Context // flowrun: ends when its process exits
 	// stop ends the consumer once its samples are taken and reports how it ended; it notes
 	// flowrun's peak RSS in rss.
 	stop func() error
@@ -128,7 +130,7 @@ func (s *latencySide) handled(ctx context.Context, b *bench) (int64, error) {
 // own, as flowrun does: in this one it would share the producer's runtime, whose network poller
 // is awake for every XADD's reply anyway and would pick up its reads for free.
 func (b *bench) startPlainLatency(ctx context.Context, name string, emit bool) (*latencySide, error) {
-	side := &latencySide{name: "plain", stream: "bench:" + name + ":plain", emit: emit, ctx: ctx}
+	side := &latencySide{name: "plain", stream: "bench:" + name + ":plain", emit: emit}
 	if err := b.rdb.XGroupCreateMkStream(ctx, side.stream, "g", "$").Err(); err != nil {
 		return nil, err
 	}
@@ -238,7 +240,7 @@ func (b *bench) startFlowrunLatency(ctx context.Context, name string, emit bool)
 			side.col.readRecords(r)
 		}()
 	}
-	var w io.Writer
+	var w io.Writer // nil, not a nil *io.PipeWriter, with emits
 	if stdout != nil {
 		w = stdout
 	}
@@ -580,7 +582,10 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func() (bool, erro
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("not within %s: %w", timeout, context.Cause(ctx))
+			if cause := context.Cause(ctx); !errors.Is(cause, context.DeadlineExceeded) {
+				return cause // the caller's context ended first: a side exited, say
+			}
+			return fmt.Errorf("not within %s", timeout)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
