@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -137,14 +136,39 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
-// The plain latency child's lines are read back as samples; a line that is not one is an error.
-func TestReadPlain(t *testing.T) {
-	var c collector
-	c.readPlain(strings.NewReader("100 250\n200 320\nnot a sample\n"))
+// The plain latency child's lines are read back as samples; a line that is not one is an error,
+// and a line not yet ended is neither counted nor parsed.
+func TestCollectorPlain(t *testing.T) {
+	c, err := newCollector(t.TempDir(), "plain", parsePlain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	c.file.WriteString("100 250\n200 320\n")
+	if n := c.len(); n != 2 {
+		t.Fatalf("counted %d lines, want 2", n)
+	}
+	c.file.WriteString("not a sample\n300 4")
+	if n := c.len(); n != 3 {
+		t.Fatalf("counted %d lines, want 3", n)
+	}
 	if got := c.all(); !slices.Equal(got, []sample{{100, 250}, {200, 320}}) {
 		t.Fatalf("samples %v", got)
 	}
-	if c.err == nil {
+	if c.failed() == nil {
 		t.Fatal("a line that is not a sample went unnoticed")
+	}
+}
+
+// flowrun's records are read back by their headers.
+func TestCollectorRecords(t *testing.T) {
+	c, err := newCollector(t.TempDir(), "flowrun", parseRecord)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	c.file.WriteString(`{"key":"latency","headers":{"handled":"250","sent":"100"},"payload":"x"}` + "\n")
+	if got := c.all(); !slices.Equal(got, []sample{{100, 250}}) || c.failed() != nil {
+		t.Fatalf("samples %v, error %v", got, c.failed())
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -84,7 +86,7 @@ func (b *bench) latencyRow(ctx context.Context, prod *redis.Client, name string,
 		var samples []sample
 		var serr error
 		if err == nil {
-			samples, serr = b.samplesOf(flow.ctx, side.stream, emit, &side.col)
+			samples, serr = b.samplesOf(flow.ctx, side.stream, side.col)
 		}
 		if stopErr := side.stop(); serr == nil {
 			serr = stopErr
@@ -106,7 +108,7 @@ type latencySide struct {
 	name   string // plain or flowrun
 	stream string
 	emit   bool
-	col    collector       // its samples, without emits
+	col    *collector      // its stdout's samples, without emits (nil with)
 	ctx    context.Context // flowrun: ends when its process exits
 	// stop ends the consumer once its samples are taken and reports how it ended; it notes
 	// flowrun's peak RSS in rss.
@@ -117,12 +119,36 @@ type latencySide struct {
 }
 
 // handled is how many entries the side has handled: its out stream's length with emits, else
-// the samples collected.
+// the lines of its stdout.
 func (s *latencySide) handled(ctx context.Context, b *bench) (int64, error) {
-	if s.emit {
+	if s.col == nil {
 		return b.obs.XLen(ctx, s.stream+":out").Result()
 	}
 	return s.col.len(), nil
+}
+
+// output makes the side's stdout, a collector's file, where it does not emit; nil where it does.
+func (s *latencySide) output(dir string, parse func([]byte) (sample, error)) (*os.File, error) {
+	if s.emit {
+		return nil, nil
+	}
+	var err error
+	if s.col, err = newCollector(dir, s.stream, parse); err != nil {
+		return nil, err
+	}
+	return s.col.file, nil
+}
+
+// finish closes the side's stdout file and reports a line of it that was not a sample.
+func (s *latencySide) finish() error {
+	if s.col == nil {
+		return nil
+	}
+	s.col.close()
+	if err := s.col.failed(); err != nil {
+		return fmt.Errorf("%s's output: %w", s.name, err)
+	}
+	return nil
 }
 
 // startPlainLatency starts the plain consumer: XREADGROUP COUNT batch BLOCK 1s; per entry the
@@ -142,26 +168,25 @@ func (b *bench) startPlainLatency(ctx context.Context, name string, emit bool) (
 	cmd.Env = append(os.Environ(), childEnv+"=plain-latency", "BENCH_ADDR="+b.srv.Addr,
 		"BENCH_STREAM="+side.stream, "BENCH_BATCH="+strconv.Itoa(b.o.batch), "BENCH_EMIT="+strconv.FormatBool(emit))
 	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	out, err := side.output(b.dir, parsePlain)
 	if err != nil {
 		return nil, err
 	}
+	if out != nil {
+		cmd.Stdout = out
+	}
 	if err := cmd.Start(); err != nil {
+		side.finish()
 		return nil, fmt.Errorf("start the plain consumer: %w", err)
 	}
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		side.col.readPlain(out)
-	}()
 	side.stop = func() error {
 		cmd.Process.Signal(syscall.SIGTERM)
-		<-read
-		if err := cmd.Wait(); err != nil {
-			return fmt.Errorf("plain consumer: %w", err)
+		werr := cmd.Wait()
+		if err := side.finish(); err != nil {
+			return err
 		}
-		if err := side.col.failed(); err != nil {
-			return fmt.Errorf("plain consumer's samples: %w", err)
+		if werr != nil {
+			return fmt.Errorf("plain consumer: %w", werr)
 		}
 		return nil
 	}
@@ -228,47 +253,32 @@ func (b *bench) startFlowrunLatency(ctx context.Context, name string, emit bool)
   }
 }
 `, name, side.stream, b.o.batch, b.concurrencyLine(), emitBlock)
-	var stdout *io.PipeWriter
-	records := make(chan struct{})
-	if emit {
-		close(records)
-	} else {
-		var r *io.PipeReader
-		r, stdout = io.Pipe()
-		go func() {
-			defer close(records)
-			side.col.readRecords(r)
-		}()
+	out, err := side.output(b.dir, parseRecord)
+	if err != nil {
+		return nil, err
 	}
-	var w io.Writer // nil, not a nil *io.PipeWriter, with emits
-	if stdout != nil {
-		w = stdout
+	var w io.Writer // nil, not a nil *os.File, with emits
+	if out != nil {
+		w = out
 	}
 	p, err := b.startFlowrun(name, cfg, w)
 	if err != nil {
-		if stdout != nil {
-			stdout.Close()
-		}
+		side.finish()
 		return nil, err
 	}
 	side.ctx = p.ctx
 	side.stop = func() error {
 		if p.ctx.Err() != nil {
 			p.kill()
+			side.finish()
 			return context.Cause(p.ctx)
 		}
 		var err error
-		if side.rss, err = p.stop(); err != nil {
-			return err
+		side.rss, err = p.stop()
+		if ferr := side.finish(); err == nil {
+			err = ferr
 		}
-		if stdout != nil {
-			stdout.Close()
-		}
-		<-records
-		if err := side.col.failed(); err != nil {
-			return fmt.Errorf("flowrun's records: %w", err)
-		}
-		return nil
+		return err
 	}
 	return side, nil
 }
@@ -276,31 +286,62 @@ func (b *bench) startFlowrunLatency(ctx context.Context, name string, emit bool)
 // sample is one entry's sent and handled times, unix µs.
 type sample struct{ sent, handled int64 }
 
-// collector gathers a side's sample lines in memory: the plain consumer's without emits, and
-// flowrun's records. It only copies and counts lines while the side is measured and parses them
-// in all, afterwards: decoding flowrun's JSON records as they came took CPU from the machine
-// both sides share, on flowrun's turn only.
+// collector is a side's stdout, the sample lines of the plain consumer without emits or
+// flowrun's records: the child writes them straight into a file, and this process only counts
+// the lines while the side is measured (reading what was added since the last count) and parses
+// them in all, afterwards. Reading them through a pipe, this process copied and kept every line
+// as it came, and decoded flowrun's JSON records, which took CPU (and, growing its buffer,
+// memory copies) from the producer on flowrun's turn more than on plain's.
 type collector struct {
 	parse func(line []byte) (sample, error)
+	file  *os.File
 	mu    sync.Mutex
-	data  []byte // the lines read, back to back
-	ends  []int  // where each line ends in data
+	off   int64  // bytes counted
+	lines int64  // lines counted
+	buf   []byte // reused by len
 	err   error  // all: a line that is not a sample
 }
 
+// newCollector creates the side's output file in dir; lines are parsed with parse.
+func newCollector(dir, name string, parse func(line []byte) (sample, error)) (*collector, error) {
+	f, err := os.Create(filepath.Join(dir, name+".out"))
+	if err != nil {
+		return nil, err
+	}
+	return &collector{parse: parse, file: f, buf: make([]byte, 64<<10)}, nil
+}
+
+// close closes the file; the lines stay readable by all until the directory goes.
+func (c *collector) close() { c.file.Close() }
+
+// len counts the lines written so far.
 func (c *collector) len() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return int64(len(c.ends))
+	for {
+		n, err := c.file.ReadAt(c.buf, c.off)
+		c.off += int64(n)
+		c.lines += int64(bytes.Count(c.buf[:n], []byte{'\n'}))
+		if n < len(c.buf) || err != nil {
+			return c.lines
+		}
+	}
 }
 
-// all parses the lines read so far; one that is not a sample is noted in c.err.
+// all parses the whole lines written so far; one that is not a sample is noted in c.err.
 func (c *collector) all() []sample {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	samples := make([]sample, 0, len(c.ends))
-	for i, end := range c.ends {
-		line := c.data[c.start(i):end]
+	data, err := os.ReadFile(c.file.Name())
+	if err != nil {
+		c.err = errors.Join(c.err, err)
+		return nil
+	}
+	data = data[:bytes.LastIndexByte(data, '\n')+1]
+	samples := make([]sample, 0, bytes.Count(data, []byte{'\n'}))
+	for len(data) > 0 {
+		line, rest, _ := bytes.Cut(data, []byte{'\n'})
+		data = rest
 		s, err := c.parse(line)
 		if err != nil {
 			c.err = errors.Join(c.err, fmt.Errorf("%q: %w", line, err))
@@ -318,45 +359,19 @@ func (c *collector) failed() error {
 	return c.err
 }
 
-func (c *collector) start(i int) int {
-	if i == 0 {
-		return 0
+// parseRecord reads a record flowrun writes to stdout (SPEC §3) as a sample.
+func parseRecord(line []byte) (sample, error) {
+	var rec struct{ Headers map[string]string }
+	if err := json.Unmarshal(line, &rec); err != nil {
+		return sample{}, err
 	}
-	return c.ends[i-1]
+	return sampleOf(rec.Headers["sent"], rec.Headers["handled"])
 }
 
-// readRecords collects the records flowrun writes to stdout (SPEC §3), until r ends.
-func (c *collector) readRecords(r io.Reader) {
-	c.readLines(r, func(line []byte) (sample, error) {
-		var rec struct{ Headers map[string]string }
-		if err := json.Unmarshal(line, &rec); err != nil {
-			return sample{}, err
-		}
-		return sampleOf(rec.Headers["sent"], rec.Headers["handled"])
-	})
-}
-
-// readPlain collects the plain latency child's "sent handled" lines until r ends.
-func (c *collector) readPlain(r io.Reader) {
-	c.readLines(r, func(line []byte) (sample, error) {
-		sent, handled, _ := strings.Cut(string(line), " ")
-		return sampleOf(sent, handled)
-	})
-}
-
-// readLines keeps each line of r until r ends, for all to parse with parse.
-func (c *collector) readLines(r io.Reader, parse func(line []byte) (sample, error)) {
-	c.mu.Lock()
-	c.parse = parse
-	c.mu.Unlock()
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		c.mu.Lock()
-		c.data = append(c.data, sc.Bytes()...)
-		c.ends = append(c.ends, len(c.data))
-		c.mu.Unlock()
-	}
-	io.Copy(io.Discard, r) // a line too long for the scanner: keep the writer flowing
+// parsePlain reads a line of the plain latency child, "sent handled", as a sample.
+func parsePlain(line []byte) (sample, error) {
+	sent, handled, _ := strings.Cut(string(line), " ")
+	return sampleOf(sent, handled)
 }
 
 func sampleOf(sent, handled string) (sample, error) {
@@ -366,8 +381,8 @@ func sampleOf(sent, handled string) (sample, error) {
 }
 
 // samplesOf returns a side's samples: read back from its out stream with emits, else collected.
-func (b *bench) samplesOf(ctx context.Context, stream string, emit bool, col *collector) ([]sample, error) {
-	if !emit {
+func (b *bench) samplesOf(ctx context.Context, stream string, col *collector) ([]sample, error) {
+	if col != nil {
 		return col.all(), nil
 	}
 	out := stream + ":out"
