@@ -32,7 +32,7 @@ func TestCIRunsTheREADMECommand(t *testing.T) {
 	for _, l := range strings.Split(string(ci), "\n") {
 		l = strings.TrimSpace(l)
 		switch {
-		case l == "", strings.HasPrefix(l, "#"), l == "set -euo pipefail", l == `cd "$(dirname "$0")/.."`:
+		case l == "", strings.HasPrefix(l, "#"), l == "set -euo pipefail", l == "set -euxo pipefail", l == `cd "$(dirname "$0")/.."`:
 		default:
 			run = append(run, l)
 		}
