@@ -128,50 +128,50 @@ func TestRoomFor(t *testing.T) {
 		t.Fatal("push refused")
 	}
 	got := make(chan int, 1)
-	go func() { got <- q.RoomFor(ctx, 6) }()
-	for i := 0; i < 3; i++ {
-		q.Take()
+	waits := func(what string) { // RoomFor has not returned (yet)
+		t.Helper()
 		select {
 		case n := <-got:
-			t.Fatalf("RoomFor(6) returned %d with %d free", n, 2+i+1)
+			t.Fatalf("%s returned %d with %d queued", what, n, q.len())
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+	returns := func(what string, want int) {
+		t.Helper()
+		select {
+		case n := <-got:
+			if n != want {
+				t.Fatalf("%s = %d, want %d", what, n, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s still waits with %d queued", what, q.len())
+		}
+	}
+
+	go func() { got <- q.RoomFor(ctx, 6) }()
+	for range 3 {
+		q.Take()
+		waits("RoomFor(6)")
 	}
 	q.Take() // 6 free now
-	select {
-	case n := <-got:
-		if n != 6 {
-			t.Fatalf("RoomFor(6) = %d, want 6", n)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("RoomFor(6) still waits with 6 free")
-	}
+	returns("RoomFor(6)", 6)
+
 	go func() { got <- q.RoomFor(ctx, 50) }() // more than it holds: until it is empty
-	for i := 0; i < 4; i++ {
-		select {
-		case n := <-got:
-			t.Fatalf("RoomFor(50) returned %d with %d queued", n, 4-i)
-		case <-time.After(20 * time.Millisecond):
-		}
+	for range 4 {
+		waits("RoomFor(50)")
 		q.Take()
 	}
-	select {
-	case n := <-got:
-		if n != 10 {
-			t.Fatalf("RoomFor(50) = %d, want 10", n)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("RoomFor(50) still waits with the queue empty")
-	}
+	returns("RoomFor(50)", 10)
+
+	// Room for all of it is not there (one queued), so it waits until its context ends.
+	q.Push(ctx, deliveries(1))
 	cctx, cancel := context.WithCancel(ctx)
 	go func() { got <- q.RoomFor(cctx, 10) }()
+	waits("RoomFor(10)")
 	cancel()
-	select {
-	case n := <-got:
-		if n != 0 {
-			t.Fatalf("RoomFor after the end = %d, want 0", n)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("RoomFor did not return at the end of its context")
+	returns("RoomFor(10) after the end of its context", 0)
+	q.Take()
+	if n := q.RoomFor(cctx, 1); n != 0 {
+		t.Fatalf("RoomFor with room and an ended context = %d, want 0", n)
 	}
 }
