@@ -389,6 +389,37 @@ func deadBacklog(e *env, n int) []string {
 	return ids
 }
 
+// takeOver starts a claiming consumer "a", batch 16 (passes of 8), on a dead backlog of n
+// entries, with hook (if any) on its client.
+func takeOver(e *env, n int, hook redis.Hook) (*running, *recorder, Options) {
+	e.t.Helper()
+	deadBacklog(e, n)
+	c, rec := e.client()
+	if hook != nil {
+		c.AddHook(hook)
+	}
+	o := claimOpts(KindClaiming, "a")
+	o.Batch = 16
+	return e.startWith(c, rec, o), rec, o
+}
+
+// ackEachOnce takes and acknowledges deliveries from r until seen holds n ids, failing on one
+// delivered twice; check, if set, looks at each delivery first.
+func ackEachOnce(t *testing.T, r *running, seen map[string]bool, n int, check func(d *engine.Delivery)) {
+	t.Helper()
+	for len(seen) < n {
+		d := r.Next(t)
+		if seen[d.ID] {
+			t.Fatalf("%s delivered twice", d.ID)
+		}
+		seen[d.ID] = true
+		if check != nil {
+			check(d)
+		}
+		r.settle(t, ack(d)...)
+	}
+}
+
 // A claiming takeover keeps two passes in flight (Redis claims the next while this process
 // converts and hands over the last), lists each idle entry once (one listing serves two
 // passes), and delivers every entry exactly once with its delivery count, never reading more
@@ -396,23 +427,11 @@ func deadBacklog(e *env, n int) []string {
 func TestClaimingTakeoverOverlapsPasses(t *testing.T) {
 	e := newEnv(t)
 	const n = 400
-	deadBacklog(e, n)
-	c, rec := e.client()
 	ov := &inFlight{}
-	c.AddHook(ov)
-	o := claimOpts(KindClaiming, "a")
-	o.Batch = 16
-	a := e.startWith(c, rec, o)
-	seen := map[string]bool{}
-	for len(seen) < n {
-		d := a.Next(t)
-		if seen[d.ID] {
-			t.Fatalf("%s delivered twice", d.ID)
-		}
-		seen[d.ID] = true
+	a, rec, o := takeOver(e, n, ov)
+	ackEachOnce(t, a, map[string]bool{}, n, func(d *engine.Delivery) {
 		expectCounts(t, d, 2, 1, testMinIdle.Milliseconds(), testMinIdle.Milliseconds()+10_000)
-		a.settle(t, ack(d)...)
-	}
+	})
 	a.None(t, 2*testMinIdle)
 	if n := e.pending("s", "g"); n != 0 {
 		t.Fatalf("pending = %d, want 0", n)
@@ -439,10 +458,7 @@ func TestClaimingTakeoverOverlapsPasses(t *testing.T) {
 func TestClaimingStopWithPassesInFlight(t *testing.T) {
 	e := newEnv(t)
 	const n = 200
-	deadBacklog(e, n)
-	o := claimOpts(KindClaiming, "a")
-	o.Batch = 16
-	a := e.start(o)
+	a, _, _ := takeOver(e, n, nil)
 	taken := a.Take(t, 5) // nobody takes more: the queue fills and passes wait in flight
 	untaken, err := a.Halt(t)
 	if err != nil {
@@ -458,14 +474,7 @@ func TestClaimingStopWithPassesInFlight(t *testing.T) {
 	for _, d := range taken {
 		seen[d.ID] = true
 	}
-	for len(seen) < n {
-		d := b.Next(t)
-		if seen[d.ID] {
-			t.Fatalf("%s delivered twice", d.ID)
-		}
-		seen[d.ID] = true
-		b.settle(t, ack(d)...)
-	}
+	ackEachOnce(t, b, seen, n, nil)
 	if n := e.pending("s", "g"); n != 0 {
 		t.Fatalf("pending = %d, want 0", n)
 	}
@@ -515,13 +524,8 @@ func (h *loseReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func TestClaimingPassReplyLost(t *testing.T) {
 	e := newEnv(t)
 	const n = 200
-	deadBacklog(e, n)
-	c, rec := e.client()
 	h := &loseReply{n: 3, fired: make(chan struct{})}
-	c.AddHook(h)
-	o := claimOpts(KindClaiming, "a")
-	o.Batch = 16
-	a := e.startWith(c, rec, o)
+	a, _, _ := takeOver(e, n, h)
 	seen, attempt := map[string]int{}, map[string]int{}
 	deadline := time.After(20 * time.Second)
 	for len(seen) < n {
