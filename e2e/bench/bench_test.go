@@ -139,11 +139,7 @@ func TestSummarize(t *testing.T) {
 // The plain latency child's lines are read back as samples; a line that is not one is an error,
 // and a line not yet ended is neither counted nor parsed.
 func TestCollectorPlain(t *testing.T) {
-	c, err := newCollector(t.TempDir(), "plain", parsePlain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.close()
+	c := testCollector(t, parsePlain)
 	c.file.WriteString("100 250\n200 320\n")
 	if n := c.len(); n != 2 {
 		t.Fatalf("counted %d lines, want 2", n)
@@ -162,13 +158,19 @@ func TestCollectorPlain(t *testing.T) {
 
 // flowrun's records are read back by their headers.
 func TestCollectorRecords(t *testing.T) {
-	c, err := newCollector(t.TempDir(), "flowrun", parseRecord)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.close()
+	c := testCollector(t, parseRecord)
 	c.file.WriteString(`{"key":"latency","headers":{"handled":"250","sent":"100"},"payload":"x"}` + "\n")
 	if got := c.all(); !slices.Equal(got, []sample{{100, 250}}) || c.failed() != nil {
 		t.Fatalf("samples %v, error %v", got, c.failed())
 	}
+}
+
+func testCollector(t *testing.T, parse func([]byte) (sample, error)) *collector {
+	t.Helper()
+	c, err := newCollector(t.TempDir(), "side", parse)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.close)
+	return c
 }
