@@ -60,6 +60,18 @@ func TestUnwritableDeadLetterNeverStallsThePipeline(t *testing.T) {
 			t.Errorf("pending %s is not a dead letter: %v", x.ID, msgs)
 		}
 	}
+	logs := reportsPermanentFault(t, p, addr, n, "settlement failed permanently", `"command":"xadd"`, `"key":"jobs.dlq"`)
+	if strings.Contains(logs, "EXECABORT") {
+		t.Errorf("log blames EXECABORT:\n%s", logs)
+	}
+}
+
+// reportsPermanentFault checks how a run of n messages, a tenth of which need a key holding
+// the wrong type, reports it: at least n/10 wrongtype settle failures in /metrics and, after a
+// clean stop, one error line saying msg, with each of wants and Redis's WRONGTYPE. It returns
+// the whole log.
+func reportsPermanentFault(t *testing.T, p *proc, addr string, n int, msg string, wants ...string) string {
+	t.Helper()
 	_, metrics := httpGet("http://" + addr + "/metrics")
 	m := regexp.MustCompile(`flowrun_settle_failures_total\{pipeline="jobs",reason="wrongtype"\} (\d+)`).FindStringSubmatch(metrics)
 	if m == nil {
@@ -73,18 +85,16 @@ func TestUnwritableDeadLetterNeverStallsThePipeline(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	logs := p.err.String()
-	lines := grepLines(logs, "settlement failed permanently")
+	lines := grepLines(logs, msg)
 	if c := strings.Count(lines, `"level":"error"`); c != 1 {
 		t.Errorf("logged at error %d times, want once per pipeline, command, key and reason:\n%s", c, lines)
 	}
-	for _, want := range []string{`"command":"xadd"`, `"key":"jobs.dlq"`, "WRONGTYPE Operation against a key holding the wrong kind of value"} {
+	for _, want := range append(wants, "WRONGTYPE Operation against a key holding the wrong kind of value") {
 		if !strings.Contains(lines, want) {
 			t.Errorf("error log lacks %s:\n%s", want, lines)
 		}
 	}
-	if strings.Contains(logs, "EXECABORT") {
-		t.Errorf("log blames EXECABORT:\n%s", logs)
-	}
+	return logs
 }
 
 func grepLines(s, sub string) string {
@@ -185,28 +195,7 @@ func TestFlowUnwritableKeyNeverStallsThePipeline(t *testing.T) {
 			t.Errorf("dead letter of key %q", streamField(m, "k"))
 		}
 	}
-	_, metrics := httpGet("http://" + addr + "/metrics")
-	m := regexp.MustCompile(`flowrun_settle_failures_total\{pipeline="jobs",reason="wrongtype"\} (\d+)`).FindStringSubmatch(metrics)
-	if m == nil {
-		t.Fatalf("no wrongtype settle failures in /metrics:\n%s", grepLines(metrics, "settle"))
-	}
-	if got, _ := strconv.Atoi(m[1]); got < n/10 {
-		t.Errorf("settle failures counted %d, want at least %d", got, n/10)
-	}
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(15 * time.Second); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
-	logs := p.err.String()
-	lines := grepLines(logs, "admission failed permanently")
-	if c := strings.Count(lines, `"level":"error"`); c != 1 {
-		t.Errorf("logged at error %d times, want once per pipeline, command, key and reason:\n%s", c, lines)
-	}
-	for _, want := range []string{`"command":"evalsha"`, `"key":"flowrun:{jobs}:c:bad"`, "WRONGTYPE Operation against a key holding the wrong kind of value"} {
-		if !strings.Contains(lines, want) {
-			t.Errorf("error log lacks %s:\n%s", want, lines)
-		}
-	}
+	logs := reportsPermanentFault(t, p, addr, n, "admission failed permanently", `"command":"evalsha"`, `"key":"flowrun:{jobs}:c:bad"`)
 	if strings.Contains(logs, "store round failed") {
 		t.Errorf("a permanent fault failed whole rounds:\n%s", grepLines(logs, "store round failed"))
 	}
