@@ -23,25 +23,9 @@ const (
 	incomingSpan  = "00f067aa0ba902b7"
 )
 
-// TestTraceAcrossPipelines (SPEC §14): a message with a traceparent goes through a pipeline that
-// emits it into a second one, which retries it once and dead-letters it. Every span is in the
-// incoming trace, each consumer span's parent is the span that wrote the message it read, and
-// every message written (the emit, the retry copy, the dead letter) carries its writer's
-// traceparent.
-func TestTraceAcrossPipelines(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	ctx := context.Background()
-	rcv := otlptest.Start(t)
-	dir := t.TempDir()
-	cfg := writeFile(t, dir, "chain.hcl", fmt.Sprintf(`redis "main" {
-  url = %q
-}
-
-telemetry {
-  otlp_endpoint = %q
-}
-
+// chainPipelines is the tracing tests' chain: "ingest" emits each entry of "in" into "mid",
+// where "work" retries it once and dead-letters it to "mid.dlq".
+const chainPipelines = `
 pipeline "ingest" {
   source "stream" {
     stream = "in"
@@ -64,7 +48,27 @@ pipeline "work" {
     outcome = "retry"
   }
 }
-`, srv.URL, rcv.URL))
+`
+
+// TestTraceAcrossPipelines (SPEC §14): a message with a traceparent goes through a pipeline that
+// emits it into a second one, which retries it once and dead-letters it. Every span is in the
+// incoming trace, each consumer span's parent is the span that wrote the message it read, and
+// every message written (the emit, the retry copy, the dead letter) carries its writer's
+// traceparent.
+func TestTraceAcrossPipelines(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	rcv := otlptest.Start(t)
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "chain.hcl", fmt.Sprintf(`redis "main" {
+  url = %q
+}
+
+telemetry {
+  otlp_endpoint = %q
+}
+`, srv.URL, rcv.URL)+chainPipelines)
 	err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "in", Values: []string{
 		"payload", `{"id":1}`, "traceparent", "00-" + incomingTrace + "-" + incomingSpan + "-01"}}).Err()
 	if err != nil {
@@ -246,30 +250,7 @@ func TestNoTelemetryAddsNothing(t *testing.T) {
 	cfg := writeFile(t, dir, "chain.hcl", fmt.Sprintf(`redis "main" {
   url = %q
 }
-
-pipeline "ingest" {
-  source "stream" {
-    stream = "in"
-    block  = "100ms"
-  }
-  rule "forward" {
-    emit "stream" { key = "mid" }
-    outcome = "ack"
-  }
-}
-
-pipeline "work" {
-  source "stream" {
-    stream = "mid"
-    block  = "100ms"
-  }
-  max_attempts = 2
-  dead_letter  = "mid.dlq"
-  rule "fail" {
-    outcome = "retry"
-  }
-}
-`, srv.URL))
+`, srv.URL)+chainPipelines)
 	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "in", Values: []string{"payload", `{"id":1}`}}).Err(); err != nil {
 		t.Fatal(err)
 	}
