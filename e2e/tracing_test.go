@@ -50,6 +50,22 @@ pipeline "work" {
 }
 `
 
+// runChainToDeadLetter runs cfg (a chainPipelines config) until the entry added to "in" is
+// dead-lettered and nothing is pending, then stops it; it must exit 0.
+func runChainToDeadLetter(t *testing.T, rdb *redis.Client, cfg string) {
+	t.Helper()
+	ctx := context.Background()
+	p := start(t, "run", cfg)
+	eventually(t, 15*time.Second, "the dead letter", func() bool {
+		pend, err := rdb.XPending(ctx, "mid", "work").Result()
+		return rdb.XLen(ctx, "mid.dlq").Val() == 1 && err == nil && pend.Count == 0
+	})
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(15 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+}
+
 // TestTraceAcrossPipelines (SPEC §14): a message with a traceparent goes through a pipeline that
 // emits it into a second one, which retries it once and dead-letters it. Every span is in the
 // incoming trace, each consumer span's parent is the span that wrote the message it read, and
@@ -74,15 +90,7 @@ telemetry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := start(t, "run", cfg)
-	eventually(t, 15*time.Second, "the dead letter", func() bool {
-		pend, err := rdb.XPending(ctx, "mid", "work").Result()
-		return rdb.XLen(ctx, "mid.dlq").Val() == 1 && err == nil && pend.Count == 0
-	})
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(15 * time.Second); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
+	runChainToDeadLetter(t, rdb, cfg)
 	spans := rcv.WaitFor(t, "the chain's spans", 10*time.Second, func(s []otlptest.Span) bool { return len(s) >= 10 })
 	byID := map[string]otlptest.Span{}
 	for _, s := range spans {
@@ -254,15 +262,7 @@ func TestNoTelemetryAddsNothing(t *testing.T) {
 	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "in", Values: []string{"payload", `{"id":1}`}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	p := start(t, "run", cfg)
-	eventually(t, 15*time.Second, "the dead letter", func() bool {
-		pend, err := rdb.XPending(ctx, "mid", "work").Result()
-		return rdb.XLen(ctx, "mid.dlq").Val() == 1 && err == nil && pend.Count == 0
-	})
-	p.signal(syscall.SIGTERM)
-	if code := p.wait(15 * time.Second); code != 0 {
-		t.Fatalf("exit %d", code)
-	}
+	runChainToDeadLetter(t, rdb, cfg)
 	for _, key := range []string{"mid", "mid.dlq"} {
 		for _, m := range rdb.XRange(ctx, key, "-", "+").Val() {
 			if _, ok := m.Values["traceparent"]; ok {

@@ -228,23 +228,8 @@ func (r *reader) claimOnce(ctx context.Context, count int) ([]*engine.Delivery, 
 // listed again before they are used.
 func TestClaimingPassesOneRoundTrip(t *testing.T) {
 	e := newEnv(t)
-	e.rdb.XGroupCreateMkStream(e.ctx, "s", "g", "0")
-	ids := e.xaddN("s", 6)
-	e.rdb.XReadGroup(e.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "ghost", Streams: []string{"s", ">"}})
-	e.waitFor("entries to become idle", 5*time.Second, func() bool {
-		p, _ := e.rdb.XPendingExt(e.ctx, &redis.XPendingExtArgs{Stream: "s", Group: "g", Idle: testMinIdle, Start: "-", End: "+", Count: 10}).Result()
-		return len(p) == 6
-	})
-	c, rec := e.client()
-	o := claimOpts(KindClaiming, "a")
-	o.Batch = 2
-	src, err := New(c, o, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { src.Close() })
-	r := &reader{s: src}
-	r.reset()
+	ids := deadBacklog(e, 6)
+	r, rec := passReader(e, KindClaiming)
 	pass := func(want ...string) {
 		t.Helper()
 		ds, err := r.claimOnce(e.ctx, 2)
@@ -293,16 +278,7 @@ func TestReclaimCountsOnlyAfterAClaim(t *testing.T) {
 	e := newEnv(t)
 	e.rdb.XGroupCreateMkStream(e.ctx, "s", "g", "0")
 	e.xaddN("s", 4)
-	c, rec := e.client()
-	o := claimOpts(KindReclaim, "a")
-	o.Batch = 2
-	src, err := New(c, o, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { src.Close() })
-	r := &reader{s: src}
-	r.reset()
+	r, rec := passReader(e, KindReclaim)
 	if ds, err := r.autoClaim(e.ctx, 2); err != nil || len(ds) != 0 {
 		t.Fatalf("nothing pending: claimed %d, %v", len(ds), err)
 	}
@@ -387,6 +363,23 @@ func deadBacklog(e *env, n int) []string {
 		return len(p) == n
 	})
 	return ids
+}
+
+// passReader is a reader of consumer "a" of kind, batch 2, that a test drives pass by pass,
+// and the recorder of its client's commands.
+func passReader(e *env, kind string) (*reader, *recorder) {
+	e.t.Helper()
+	c, rec := e.client()
+	o := claimOpts(kind, "a")
+	o.Batch = 2
+	src, err := New(c, o, zerolog.Nop())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { src.Close() })
+	r := &reader{s: src}
+	r.reset()
+	return r, rec
 }
 
 // takeOver starts a claiming consumer "a", batch 16 (passes of 8), on a dead backlog of n
