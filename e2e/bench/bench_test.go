@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -173,4 +174,26 @@ func testCollector(t *testing.T, parse func([]byte) (sample, error)) *collector 
 	}
 	t.Cleanup(c.close)
 	return c
+}
+
+// The latency table shows each side's CPU time per entry and flowrun's over plain's, taken from
+// the run with the median p99 like the percentiles.
+func TestLatencyTableCPU(t *testing.T) {
+	run := func(p99, plainCPU, flowCPU time.Duration) results {
+		return results{lat: []latencyRow{{
+			name:    "latency",
+			offered: 10_000,
+			plain:   latencies{p50: 100 * time.Microsecond, p99: 300 * time.Microsecond, p999: time.Millisecond, cpu: plainCPU},
+			flowrun: latencies{p50: 120 * time.Microsecond, p99: p99, p999: time.Millisecond, cpu: flowCPU},
+		}}}
+	}
+	us := time.Microsecond
+	got := medians([]results{run(900*us, 30*us, 90*us), run(400*us, 30*us, 60*us), run(200*us, 30*us, 10*us)})
+	var out strings.Builder
+	got.print(&out, options{duration: 5 * time.Second})
+	for _, want := range []string{"CPU/entry", "400 µs", "30.0 µs", "60.0 µs", "2.00×"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
 }

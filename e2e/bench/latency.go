@@ -93,6 +93,7 @@ func (b *bench) latencyRow(ctx context.Context, prod *redis.Client, name string,
 		}
 		if err == nil && serr == nil {
 			side.lat, serr = summarize(samples, side.o)
+			side.lat.cpu = side.cpuPerEntry()
 		}
 		if err == nil && serr != nil {
 			err = fmt.Errorf("%s: %w", side.name, serr)
@@ -116,6 +117,23 @@ type latencySide struct {
 	o    offered
 	lat  latencies
 	rss  int64
+	cpu  time.Duration // the process's user and system CPU time, once stopped
+}
+
+// cpuPerEntry is the side's CPU time per entry offered to it, warm-up included.
+func (s *latencySide) cpuPerEntry() time.Duration {
+	if s.o.sent == 0 {
+		return 0
+	}
+	return s.cpu / time.Duration(s.o.sent)
+}
+
+// cpuTime is a process's user and system CPU time once it has exited.
+func cpuTime(ps *os.ProcessState) time.Duration {
+	if ps == nil {
+		return 0
+	}
+	return ps.UserTime() + ps.SystemTime()
 }
 
 // handled is how many entries the side has handled: its out stream's length with emits, else
@@ -182,6 +200,7 @@ func (b *bench) startPlainLatency(ctx context.Context, name string, emit bool) (
 	side.stop = func() error {
 		cmd.Process.Signal(syscall.SIGTERM)
 		werr := cmd.Wait()
+		side.cpu = cpuTime(cmd.ProcessState)
 		if err := side.finish(); err != nil {
 			return err
 		}
@@ -275,6 +294,7 @@ func (b *bench) startFlowrunLatency(ctx context.Context, name string, emit bool)
 		}
 		var err error
 		side.rss, err = p.stop()
+		side.cpu = cpuTime(p.cmd.ProcessState)
 		if ferr := side.finish(); err == nil {
 			err = ferr
 		}
