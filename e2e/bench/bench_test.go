@@ -177,8 +177,8 @@ func testCollector(t *testing.T, parse func([]byte) (sample, error)) *collector 
 }
 
 // The latency table shows each side's CPU time per entry and flowrun's over plain's, taken from
-// the run with the median p99 like the percentiles.
-func TestLatencyTableCPU(t *testing.T) {
+// the run with the median p99 like the percentiles, and flags a run in which the machine stalled.
+func TestLatencyTable(t *testing.T) {
 	run := func(p99, plainCPU, flowCPU time.Duration) results {
 		return results{lat: []latencyRow{{
 			name:    "latency",
@@ -195,5 +195,16 @@ func TestLatencyTableCPU(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
+	}
+	if strings.Contains(out.String(), "stalled") {
+		t.Errorf("a quiet run is said to have stalled:\n%s", out.String())
+	}
+
+	// A plain p99 over 1 ms is the machine's, and the table says so.
+	got.lat[0].plain.p99 = 3 * time.Millisecond
+	out.Reset()
+	got.print(&out, options{duration: 5 * time.Second})
+	if !strings.Contains(out.String(), "the machine stalled") {
+		t.Errorf("a stalled run is not flagged:\n%s", out.String())
 	}
 }

@@ -166,8 +166,16 @@ func (r results) print(w io.Writer, o options) {
 		fmt.Fprintf(w, "%-17s %9s %9s %9s %10s %18s%s\n", "flowrun", micros(l.flowrun.p50), micros(l.flowrun.p99), micros(l.flowrun.p999), micros1(l.flowrun.cpu), mib(l.rss), l.flowrun.note())
 		fmt.Fprintf(w, "%-17s %9.2f× %8.2f× %8.2f× %9.2f×\n", "flowrun / plain",
 			ratioOf(l.flowrun.p50, l.plain.p50), ratioOf(l.flowrun.p99, l.plain.p99), ratioOf(l.flowrun.p999, l.plain.p999), ratioOf(l.flowrun.cpu, l.plain.cpu))
+		if l.plain.p99 > machineStalled {
+			fmt.Fprintf(w, "(plain's p99 is over %s: the machine stalled during this run, and the ratios say more about it than about flowrun)\n", micros(machineStalled))
+		}
 	}
 }
+
+// machineStalled is the plain side's p99 above which the latency table warns that the machine
+// itself stalled: the plain loop is one goroutine doing two round trips per batch, and on a quiet
+// machine its p99 at 10,000 msg/s stays at a few hundred µs.
+const machineStalled = time.Millisecond
 
 func ratioOf(a, b time.Duration) float64 {
 	if b <= 0 {
