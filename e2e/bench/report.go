@@ -167,7 +167,7 @@ func (r results) print(w io.Writer, o options) {
 		fmt.Fprintf(w, "%-17s %9.2f× %8.2f× %8.2f× %9.2f×\n", "flowrun / plain",
 			ratioOf(l.flowrun.p50, l.plain.p50), ratioOf(l.flowrun.p99, l.plain.p99), ratioOf(l.flowrun.p999, l.plain.p999), ratioOf(l.flowrun.cpu, l.plain.cpu))
 		if l.plain.p99 > machineStalled {
-			fmt.Fprintf(w, "(plain's p99 is over %s: the machine stalled during this run, and the ratios say more about it than about flowrun)\n", micros(machineStalled))
+			fmt.Fprintf(w, "(plain's p99 is over %s: the machine stalled during this run, and the ratios say more about it than about flowrun)\n", machineStalled)
 		}
 	}
 }
