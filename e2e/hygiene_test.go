@@ -57,9 +57,10 @@ func TestConsumerTTLThroughTheBinary(t *testing.T) {
 	if _, ok := cs["w1"]; !ok {
 		t.Errorf("the source's own consumer was deleted: %v", cs)
 	}
-	if !strings.Contains(p.err.String(), `"consumer":"b-idle-empty"`) || !strings.Contains(p.err.String(), "consumer_ttl") {
-		t.Errorf("the deletion is not logged:\n%s", p.err.String())
-	}
+	// The log line comes through a pipe after the deletion: wait for it, not just look.
+	eventually(t, 5*time.Second, "the deletion logged", func() bool {
+		return strings.Contains(p.err.String(), `"consumer":"b-idle-empty"`) && strings.Contains(p.err.String(), "consumer_ttl")
+	})
 	if strings.Contains(p.err.String(), `"consumer":"a-owns-pending"`) {
 		t.Errorf("a-owns-pending is logged as deleted:\n%s", p.err.String())
 	}
