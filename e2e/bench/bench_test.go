@@ -208,3 +208,18 @@ func TestLatencyTable(t *testing.T) {
 		t.Errorf("a stalled run is not flagged:\n%s", out.String())
 	}
 }
+
+// Steal time is read from /proc/stat's first line, over the eight states before the guest ones.
+func TestStealShare(t *testing.T) {
+	a, ok := parseCPUTimes([]byte("cpu  100 0 50 800 0 0 10 40 7 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n"))
+	if !ok || a.total != 1000 || a.steal != 40 {
+		t.Fatalf("got %+v, %v", a, ok)
+	}
+	b, _ := parseCPUTimes([]byte("cpu  200 0 100 1340 0 0 20 140 7 0\n"))
+	if got := stealShare(a, b); got < 0.1249 || got > 0.1251 {
+		t.Errorf("steal share %v, want 0.125 (100 of 800 ticks)", got)
+	}
+	if _, ok := parseCPUTimes([]byte("intr 1 2 3\n")); ok {
+		t.Error("a line that is not the cpu line is read")
+	}
+}

@@ -57,12 +57,13 @@ func runLatency(ctx context.Context, b *bench) (results, error) {
 		if emit {
 			name = "latency-emit"
 		}
+		cpuAt, haveCPU := readCPUTimes()
 		lr, err := b.latencyRow(ctx, prod, name, emit)
 		if err != nil {
 			return results{}, err
 		}
 		fmt.Printf("%-17s plain %s\n", name, lr.plain)
-		fmt.Printf("%-17s flowrun %s, p99 ratio %.2f, flowrun peak RSS %s\n", name, lr.flowrun, ratioOf(lr.flowrun.p99, lr.plain.p99), mib(lr.rss))
+		fmt.Printf("%-17s flowrun %s, p99 ratio %.2f, flowrun peak RSS %s%s\n", name, lr.flowrun, ratioOf(lr.flowrun.p99, lr.plain.p99), mib(lr.rss), stealNote(cpuAt, haveCPU))
 		res.lat = append(res.lat, lr)
 	}
 	return res, nil

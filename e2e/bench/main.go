@@ -201,6 +201,7 @@ func run(o options, selected []workload) error {
 
 	var all results
 	started := time.Now()
+	cpuAtStart, haveCPU := readCPUTimes()
 	for _, w := range selected {
 		var runs []results
 		for range o.runs {
@@ -221,6 +222,6 @@ func run(o options, selected []workload) error {
 	if o.runs > 1 {
 		runs = fmt.Sprintf("medians of %d runs; ", o.runs)
 	}
-	fmt.Printf("\n(%s%d CPUs shared by redis-server, flowrun and this command; total %s)\n", runs, numCPU(), time.Since(started).Round(time.Second))
+	fmt.Printf("\n(%s%d CPUs shared by redis-server, flowrun and this command; total %s%s)\n", runs, numCPU(), time.Since(started).Round(time.Second), stealNote(cpuAtStart, haveCPU))
 	return nil
 }
