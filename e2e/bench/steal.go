@@ -50,7 +50,8 @@ func stealShare(a, b cpuTimes) float64 {
 	return float64(b.steal-a.steal) / float64(b.total-a.total)
 }
 
-// stealNote is the footer's mention of steal time since a, or "" where it cannot be read.
+// stealNote is "; steal time N%" since a, for a latency row or the final footer, or "" where
+// /proc/stat cannot be read.
 func stealNote(a cpuTimes, ok bool) string {
 	b, ok2 := readCPUTimes()
 	if !ok || !ok2 {
