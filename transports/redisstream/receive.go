@@ -100,6 +100,10 @@ func (s *Source) newReadClient() *redis.Client {
 	o := *c.Options() // the Dialer comes along: a Sentinel client's finds the current master
 	o.PoolSize, o.MinIdleConns, o.MaxActiveConns = 1, 0, 0
 	o.MaxRetries = -1
+	// RESP2: over RESP3, go-redis peeks at a connection held for more than 5 s for push
+	// notifications before and after each command, two system calls per read, and this
+	// connection carries only this source's reads (nothing pushes to it).
+	o.Protocol = 2
 	o.PushNotificationProcessor = nil // each client builds its own
 	return redis.NewClient(&o)
 }

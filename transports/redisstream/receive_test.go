@@ -270,3 +270,39 @@ func hasFlag(line string, f byte) bool {
 	}
 	return false
 }
+
+// Reads of new entries go over a connection of their own that speaks RESP2: over RESP3, go-redis
+// peeks at a connection held longer than 5 s for push notifications before and after each
+// command, two system calls per read. The reads work the same over it.
+func TestReadConnectionSpeaksRESP2(t *testing.T) {
+	e := newEnv(t)
+	src := newTestSource(t, e, Options{Kind: KindStream, Stream: "s", Group: "g", Consumer: "c", Batch: 10})
+	if err := e.rdb.XGroupCreateMkStream(e.ctx, "s", "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	id, err := e.rdb.XAdd(e.ctx, &redis.XAddArgs{Stream: "s", Values: []string{"payload", `{"n":1}`, "k", "v"}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := src.newReadClient()
+	if rc == nil {
+		t.Fatal("no read client for a single-server source")
+	}
+	defer rc.Close()
+	conn := rc.Conn()
+	defer conn.Close()
+	info, err := conn.ClientInfo(e.ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Resp != 2 {
+		t.Errorf("the read connection speaks RESP%d, want RESP2", info.Resp)
+	}
+	ds, err := src.readNew(e.ctx, conn, 10, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 1 || ds[0].ID != id || string(ds[0].Payload) != `{"n":1}` || ds[0].Headers["k"] != "v" {
+		t.Fatalf("read %+v, want %s with its payload and header", ds, id)
+	}
+}
