@@ -106,6 +106,7 @@ func compile(src string, kind exprKind) (program, error) {
 	for _, f := range functions {
 		opts = append(opts, expr.Function(f.Name, f.fn, f.types...))
 	}
+	opts = append(opts, timeMethodOptions()...)
 	if kind == kindCondition || kind == kindFilter {
 		opts = append(opts, expr.AsBool())
 	}
@@ -291,6 +292,9 @@ func (p *patcher) Visit(node *ast.Node) {
 			}
 		}
 	case *ast.CallNode:
+		if patchTimeMethod(node, n) {
+			return
+		}
 		callee, ok := n.Callee.(*ast.IdentifierNode)
 		if !ok {
 			return
