@@ -13,6 +13,13 @@ type Handler interface {
 	Handle(ctx context.Context, d *Delivery) Result
 }
 
+// Inliner is implemented by a handler that never blocks: no I/O, no waiting (a rule set, whose
+// emits the settler writes). When every worker is idle the engine may run such a handler on the
+// source's goroutine, saving a hand-over between threads per message at low rates.
+type Inliner interface {
+	Inline() bool
+}
+
 // HandlerFunc adapts a function to Handler.
 type HandlerFunc func(ctx context.Context, d *Delivery) Result
 

@@ -341,6 +341,27 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 	// Decided deliveries queue for the settler while it is busy with a round trip, so the next
 	// settle takes them all in one batch: one XACK for many ids, not one per message.
 	decisions := make(chan Decision, maxSettleBatch)
+	gate := r.gate
+	returner, _ := p.Source.(Returner)
+	take, finished := q.Take, func(_ *Delivery, dec Decision) { decisions <- dec }
+	work := func(d *Delivery) {
+		r.tally.read.Add(1)
+		dec := r.handle(grace, d)
+		if dec.Hold != nil {
+			gate.add(1)
+		}
+		finished(d, dec)
+	}
+	if in, ok := p.Handler.(Inliner); ok && in.Inline() && p.Flow == nil {
+		q.SetInline(p.Concurrency, func(d *Delivery) bool {
+			if gate.full() != nil || stop.Err() != nil {
+				return false // a worker waits for room, or hands it back
+			}
+			work(d)
+			return true
+		})
+	}
+
 	received := make(chan error, 1)
 	go func() {
 		err := p.Source.Receive(stop, q)
@@ -348,7 +369,6 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 		received <- err
 	}()
 
-	gate := r.gate
 	s := newSettler(r, stop, grace, gate)
 	settled := make(chan struct{})
 	go func() {
@@ -356,8 +376,6 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 		close(settled)
 	}()
 
-	returner, _ := p.Source.(Returner)
-	take, finished := q.Take, func(_ *Delivery, dec Decision) { decisions <- dec }
 	var flow *flowStage
 	if p.Flow != nil {
 		// Flow control admits deliveries to the workers without holding a slot (flow.go).
@@ -392,12 +410,7 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 					}
 					continue
 				}
-				r.tally.read.Add(1)
-				dec := r.handle(grace, d)
-				if dec.Hold != nil {
-					gate.add(1)
-				}
-				finished(d, dec)
+				work(d)
 			}
 		}()
 	}

@@ -38,7 +38,14 @@ type RuleSet struct {
 	Otherwise *OutcomeExpr // nil: ack when no rule matches
 }
 
-var _ engine.Handler = (*RuleSet)(nil)
+var (
+	_ engine.Handler = (*RuleSet)(nil)
+	_ engine.Inliner = (*RuleSet)(nil)
+)
+
+// Inline implements engine.Inliner: rules do no I/O (emits are written by the settler), so the
+// engine may run them on the source's goroutine.
+func (rs *RuleSet) Inline() bool { return true }
 
 // Handle implements engine.Handler. A run-time evaluation error returns retry with Err set.
 func (rs *RuleSet) Handle(_ context.Context, d *engine.Delivery) engine.Result {

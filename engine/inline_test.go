@@ -1,0 +1,215 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// waitWaiting polls until n workers wait on q.
+func waitWaiting(t *testing.T, q *Queue, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		q.mu.Lock()
+		w := q.waiting
+		q.mu.Unlock()
+		if w == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d workers waiting, want %d", w, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A push of a few deliveries while every worker waits runs them through the inline func on
+// the pushing goroutine, in order, before Push returns; the workers get nothing.
+func TestQueueRunsInlineWhenWorkersIdle(t *testing.T) {
+	q := NewQueue(16)
+	var ran []string
+	q.SetInline(2, func(d *Delivery) bool { ran = append(ran, d.ID); return true })
+	var taken atomic.Int32
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if _, ok := q.Take(); !ok {
+					return
+				}
+				taken.Add(1)
+			}
+		}()
+	}
+	waitWaiting(t, q, 2)
+	ctx := context.Background()
+	ds := []*Delivery{{Message: Message{ID: "1"}}, {Message: Message{ID: "2"}}, {Message: Message{ID: "3"}}}
+	if !q.Push(ctx, ds) {
+		t.Fatal("Push refused")
+	}
+	if len(ran) != 3 || ran[0] != "1" || ran[2] != "3" {
+		t.Fatalf("ran inline %v, want [1 2 3]", ran)
+	}
+	// More than inlineMax at once: the workers share them out.
+	var big []*Delivery
+	for range inlineMax + 1 {
+		big = append(big, &Delivery{})
+	}
+	q.Push(ctx, big)
+	q.Close()
+	wg.Wait()
+	if len(ran) != 3 || taken.Load() != int32(inlineMax+1) {
+		t.Fatalf("ran inline %d, workers took %d; want 3 and %d", len(ran), taken.Load(), inlineMax+1)
+	}
+}
+
+// Nothing runs inline while a worker is busy, and what the inline func refuses is queued for
+// the workers.
+func TestQueueInlineOnlyWhenAllIdle(t *testing.T) {
+	q := NewQueue(16)
+	var inline atomic.Int32
+	refuse := atomic.Bool{}
+	q.SetInline(1, func(*Delivery) bool {
+		if refuse.Load() {
+			return false
+		}
+		inline.Add(1)
+		return true
+	})
+	ctx := context.Background()
+	// No worker waits yet: queued.
+	q.Push(ctx, []*Delivery{{}})
+	if inline.Load() != 0 || q.len() != 1 {
+		t.Fatalf("inline %d, queued %d; want 0 and 1", inline.Load(), q.len())
+	}
+	release := make(chan struct{})
+	took := make(chan struct{}, 4)
+	go func() {
+		for {
+			if _, ok := q.Take(); !ok {
+				return
+			}
+			took <- struct{}{}
+			<-release // busy
+		}
+	}()
+	<-took
+	q.Push(ctx, []*Delivery{{}}) // the one worker is busy
+	if inline.Load() != 0 || q.len() != 1 {
+		t.Fatalf("inline %d, queued %d with the worker busy; want 0 and 1", inline.Load(), q.len())
+	}
+	release <- struct{}{}
+	<-took
+	release <- struct{}{}
+	waitWaiting(t, q, 1)
+	refuse.Store(true)
+	q.Push(ctx, []*Delivery{{}})
+	<-took
+	if inline.Load() != 0 {
+		t.Fatalf("inline ran %d where it refused", inline.Load())
+	}
+	release <- struct{}{}
+	waitWaiting(t, q, 1)
+	refuse.Store(false)
+	q.Push(ctx, []*Delivery{{}})
+	if inline.Load() != 1 {
+		t.Fatalf("inline ran %d with the worker idle again, want 1", inline.Load())
+	}
+	q.Close()
+}
+
+func goroutineID() string {
+	b := make([]byte, 64)
+	b = b[:runtime.Stack(b, false)]
+	id, _, _ := bytes.Cut(bytes.TrimPrefix(b, []byte("goroutine ")), []byte(" "))
+	return string(id)
+}
+
+// idSource pushes its deliveries one at a time, noting its goroutine, and waits for each to be
+// settled before the next, as a source at a low rate does.
+type idSource struct {
+	fakeSource
+	id      string
+	settled chan struct{}
+}
+
+func (s *idSource) Receive(ctx context.Context, feed Feed) error {
+	s.id = goroutineID()
+	for _, d := range s.deliveries {
+		if feed.Room(ctx) == 0 || !feed.Push(ctx, []*Delivery{d}) {
+			return ctx.Err()
+		}
+		select {
+		case <-s.settled:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (s *idSource) Settle(ctx context.Context, batch []Settlement) error {
+	err := s.fakeSource.Settle(ctx, batch)
+	for range batch {
+		s.settled <- struct{}{}
+	}
+	return err
+}
+
+type inlineHandler struct {
+	HandlerFunc
+	inline bool
+}
+
+func (h inlineHandler) Inline() bool { return h.inline }
+
+// An Inliner handler runs on the source's goroutine when the workers are idle; any other
+// handler, and any handler under flow control, runs on a worker.
+func TestRunInlineHandler(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		inline     bool
+		flow       *Flow
+		wantSource bool
+	}{
+		{"inliner", true, nil, true},
+		{"inline false", false, nil, false},
+		{"flow control", true, &Flow{Concurrency: &ConcurrencyKey{Key: headerKey("k"), Limit: 1}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := &idSource{fakeSource: fakeSource{caps: Capabilities{Ack: true}, deliveries: deliveries(20)}, settled: make(chan struct{}, 20)}
+			var onSource, elsewhere atomic.Int32
+			h := inlineHandler{inline: tc.inline, HandlerFunc: func(context.Context, *Delivery) Result {
+				if goroutineID() == src.id {
+					onSource.Add(1)
+				} else {
+					elsewhere.Add(1)
+				}
+				return Result{Outcome: Ack()}
+			}}
+			p := &Pipeline{Name: "p", Source: src, Handler: h, Concurrency: 2, ShutdownTimeout: 5 * time.Second, Flow: tc.flow, Logger: zerolog.Nop()}
+			if err := run(t, context.Background(), Options{}, p); err != nil {
+				t.Fatal(err)
+			}
+			if settled, _, _ := src.snapshot(); len(settled) != 20 {
+				t.Fatalf("settled %d, want 20", len(settled))
+			}
+			// The first push may come before the workers wait; every later one finds them idle.
+			if tc.wantSource && (onSource.Load() < 19 || onSource.Load()+elsewhere.Load() != 20) {
+				t.Fatalf("%d of 20 ran on the source's goroutine, want at least 19", onSource.Load())
+			}
+			if !tc.wantSource && onSource.Load() != 0 {
+				t.Fatalf("%d ran on the source's goroutine, want none", onSource.Load())
+			}
+		})
+	}
+}
