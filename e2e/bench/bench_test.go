@@ -119,7 +119,7 @@ func TestMedians(t *testing.T) {
 func TestSummarize(t *testing.T) {
 	start := time.UnixMicro(1_000_000_000)
 	warm := start.UnixMicro() + latencyWarmup.Microseconds()
-	o := offered{sent: 3, took: time.Second, from: warm, end: start.Add(time.Second)}
+	o := offered{sent: 3, took: time.Second, from: warm, end: start.Add(time.Second), late: 1}
 	samples := []sample{
 		{sent: start.UnixMicro(), handled: start.UnixMicro() + 5000}, // warm-up: not counted
 		{sent: warm, handled: warm + 100},
@@ -129,7 +129,7 @@ func TestSummarize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.samples != 2 || got.p50 != 100*time.Microsecond || got.behind != 20*time.Millisecond {
+	if got.samples != 2 || got.p50 != 100*time.Microsecond || got.behind != 20*time.Millisecond || got.late != 0.5 {
 		t.Errorf("got %+v", got)
 	}
 	if _, err := summarize(samples[:2], o); err == nil {
@@ -191,12 +191,12 @@ func TestLatencyTable(t *testing.T) {
 	got := medians([]results{run(900*us, 30*us, 90*us), run(400*us, 30*us, 60*us), run(200*us, 30*us, 10*us)})
 	var out strings.Builder
 	got.print(&out, options{duration: 5 * time.Second})
-	for _, want := range []string{"CPU/entry", "400 µs", "30.0 µs", "60.0 µs", "2.00×"} {
+	for _, want := range []string{"CPU/entry", "400 µs", "30.0 µs", "60.0 µs", "2.00×", "late", "0.0 %"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
 	}
-	if strings.Contains(out.String(), "stalled") {
+	if strings.Contains(out.String(), "stalled") || strings.Contains(out.String(), "bursts") {
 		t.Errorf("a quiet run is said to have stalled:\n%s", out.String())
 	}
 
@@ -206,6 +206,14 @@ func TestLatencyTable(t *testing.T) {
 	got.print(&out, options{duration: 5 * time.Second})
 	if !strings.Contains(out.String(), "the machine stalled") {
 		t.Errorf("a stalled run is not flagged:\n%s", out.String())
+	}
+
+	// A side with more than 1 % of its entries sent late in backlogs has a burst's p99.
+	got.lat[0].flowrun.late = 0.125
+	out.Reset()
+	got.print(&out, options{duration: 5 * time.Second})
+	if !strings.Contains(out.String(), "12.5 %") || !strings.Contains(out.String(), "backlog bursts") {
+		t.Errorf("late entries are not shown and flagged:\n%s", out.String())
 	}
 }
 

@@ -436,6 +436,9 @@ type offered struct {
 	took time.Duration
 	from int64
 	end  time.Time
+	// late is how many of the entries sent from `from` on the producer sent in a backlog
+	// pipeline, having fallen more than maxBehind behind: a stall of the producer's process.
+	late int
 }
 
 func (o offered) rate() float64 { return float64(o.sent) / o.took.Seconds() }
@@ -466,6 +469,9 @@ func (b *bench) offerInTurns(ctx context.Context, prod *redis.Client, sides []*l
 			if t == warm {
 				side.o.from = o.start.UnixMicro()
 			}
+			if t >= warm {
+				side.o.late += o.late
+			}
 			side.o.sent += o.sent
 			side.o.took += o.took
 			side.o.end = o.start.Add(o.took)
@@ -483,11 +489,12 @@ func (b *bench) offerInTurns(ctx context.Context, prod *redis.Client, sides []*l
 	return nil
 }
 
-// turn is one turn of the producer: sent entries from start, in took.
+// turn is one turn of the producer: sent entries from start, in took, late of them in backlog
+// pipelines.
 type turn struct {
-	sent  int
-	start time.Time
-	took  time.Duration
+	sent, late int
+	start      time.Time
+	took       time.Duration
 }
 
 // offer XADDs to stream at rate for d, each entry stamped (field sent, unix µs) just before it
@@ -496,17 +503,18 @@ type turn struct {
 func offer(ctx context.Context, rdb *redis.Client, stream string, rate int, d time.Duration, first int) (turn, error) {
 	interval := float64(time.Second) / float64(rate)
 	start := time.Now()
-	i := 0
+	i, late := 0, 0
 	for ctx.Err() == nil {
 		el := time.Since(start)
 		if el >= d {
-			return turn{sent: i, start: start, took: el}, nil
+			return turn{sent: i, late: late, start: start, took: el}, nil
 		}
 		due := int(float64(el)/interval) + 1
 		switch {
 		case due-i > maxBehind:
 			p := rdb.Pipeline()
 			sent := strconv.FormatInt(time.Now().UnixMicro(), 10)
+			late += due - i
 			for ; i < due; i++ {
 				p.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []string{"sent", sent, "payload", payload(first + i)}})
 			}
@@ -590,6 +598,7 @@ func summarize(samples []sample, o offered) (latencies, error) {
 	slices.Sort(lat)
 	return latencies{
 		samples: len(lat),
+		late:    float64(o.late) / float64(len(lat)),
 		p50:     percentile(lat, 0.50),
 		p99:     percentile(lat, 0.99),
 		p999:    percentile(lat, 0.999),
