@@ -18,7 +18,10 @@ type Feed interface {
 	RoomFor(ctx context.Context, n int) int
 	// Push hands ds over, in order; the engine owns them from then on. It waits while the
 	// engine is full (a source that asked Room never waits), and returns false, handing
-	// nothing over, once ctx has ended.
+	// nothing over, once ctx has ended. It may run the handler of a few deliveries itself
+	// before it returns (a rule set while every worker is idle, see Queue.SetInline), so a
+	// source holds none of its own locks across it; their settlements still come from the
+	// settler's goroutine.
 	Push(ctx context.Context, ds []*Delivery) bool
 }
 
