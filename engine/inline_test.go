@@ -77,7 +77,7 @@ func TestQueueRunsInlineWhenWorkersIdle(t *testing.T) {
 func TestQueueInlineOnlyWhenAllIdle(t *testing.T) {
 	q := NewQueue(16)
 	var inline atomic.Int32
-	refuse := atomic.Bool{}
+	var refuse atomic.Bool
 	q.SetInline(1, func(*Delivery) bool {
 		if refuse.Load() {
 			return false

@@ -125,7 +125,7 @@ func (q *Queue) Push(ctx context.Context, ds []*Delivery) bool {
 	return ok
 }
 
-// runInline runs the first of ds through inline where it may, and returns what it did not run.
+// runInline runs ds through inline, in order, while it may, and returns what it did not run.
 func (q *Queue) runInline(ds []*Delivery) []*Delivery {
 	if q.inline == nil || len(ds) > inlineMax {
 		return ds
