@@ -126,12 +126,14 @@ func (e *EmitSpec) build(s *state) (engine.Emit, error) {
 			}
 		}
 	}
-	for name, x := range e.Headers {
-		if _, done := m.Headers[name]; done || x == nil {
-			continue
-		}
-		if err := setHeader(m, s, name, x); err != nil {
-			return engine.Emit{}, err
+	if len(m.Headers) < len(e.Headers) { // HeaderOrder left some out (the config lists them all)
+		for name, x := range e.Headers {
+			if _, done := m.Headers[name]; done || x == nil {
+				continue
+			}
+			if err := setHeader(m, s, name, x); err != nil {
+				return engine.Emit{}, err
+			}
 		}
 	}
 	return engine.Emit{Target: e.Target, Message: m}, nil
