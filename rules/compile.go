@@ -37,6 +37,10 @@ type program struct {
 	// konst is the outcome of an expression that is one constant (ack, retry_after('5s')): it
 	// is returned without running the VM or building an environment.
 	konst *engine.Outcome
+	// direct, for an emit value that is a constant ('flowrun', 1 + 2 once folded) or reads one
+	// header (headers['x'], headers.x), gives its value without running the VM: most emit
+	// headers are one of these, and a VM run costs more than the rest of such a header.
+	direct func(d *engine.Delivery) any
 }
 
 // Condition is a compiled `when` expression.
@@ -136,10 +140,43 @@ func compile(src string, kind exprKind) (program, error) {
 		}
 	}
 	p := program{src: src, prog: prog, usesPayload: pt.usesPayload, usesRaw: pt.usesRaw}
-	if kind == kindOutcome {
+	switch kind {
+	case kindOutcome:
 		p.konst = constantOutcome(prog.Node())
+	case kindValue:
+		p.direct = directValue(prog.Node())
 	}
 	return p, nil
+}
+
+// directValue returns how to read a value expression's result without the VM, where the
+// expression (after expr's constant folding) is a literal or one header read; nil otherwise.
+// What it gives is what the VM gives: a literal's Go value, a header's string ("" when missing).
+func directValue(n ast.Node) func(d *engine.Delivery) any {
+	var v any
+	switch n := n.(type) {
+	case *ast.StringNode:
+		v = n.Value
+	case *ast.IntegerNode:
+		v = n.Value
+	case *ast.FloatNode:
+		v = n.Value
+	case *ast.BoolNode:
+		v = n.Value
+	case *ast.ConstantNode:
+		v = n.Value
+	case *ast.MemberNode:
+		id, ok := n.Node.(*ast.IdentifierNode)
+		name, isStr := n.Property.(*ast.StringNode)
+		if !ok || id.Value != "headers" || !isStr || n.Optional || n.Method {
+			return nil
+		}
+		key := name.Value
+		return func(d *engine.Delivery) any { return d.Headers[key] }
+	default:
+		return nil
+	}
+	return func(*engine.Delivery) any { return v }
 }
 
 // constantOutcome returns the outcome n always evaluates to, or nil when it depends on the

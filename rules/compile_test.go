@@ -158,3 +158,55 @@ func TestString(t *testing.T) {
 		t.Errorf("got %q, want %q", o.String(), src)
 	}
 }
+
+// A value that is a literal (after folding) or one header read is given without the VM, and
+// gives what the VM gives; anything else runs the VM.
+func TestDirectValues(t *testing.T) {
+	d := delivery(`{"id":7}`, map[string]string{"sent": "123", "x-y": "z"})
+	for _, tc := range []struct {
+		src    string
+		direct bool
+	}{
+		{`'flowrun'`, true},
+		{`"yes"`, true},
+		{`42`, true},
+		{`1.5`, true},
+		{`true`, true},
+		{`1 + 2`, true}, // folded
+		{`headers['sent']`, true},
+		{`headers.sent`, true},
+		{`headers['x-y']`, true},
+		{`headers['missing']`, true},
+		{`headers?.sent`, false},
+		{`headers['missing'] ?? 'none'`, false},
+		{`payload.id`, false},
+		{`raw`, false},
+		{`key`, false},
+		{`now().UnixMicro()`, false},
+		{`let h = headers; h.sent`, false},
+	} {
+		p, err := compile(tc.src, kindValue)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.src, err)
+		}
+		if (p.direct != nil) != tc.direct {
+			t.Errorf("%s: direct %v, want %v", tc.src, p.direct != nil, tc.direct)
+			continue
+		}
+		if p.direct == nil {
+			continue
+		}
+		got, err := p.run(&state{d: d})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.src, err)
+		}
+		p.direct = nil
+		want, err := p.run(&state{d: d})
+		if err != nil {
+			t.Fatalf("%s through the VM: %v", tc.src, err)
+		}
+		if got != want {
+			t.Errorf("%s = %#v (%T) directly, %#v (%T) through the VM", tc.src, got, got, want, want)
+		}
+	}
+}

@@ -270,6 +270,9 @@ func decodePayload(b []byte, e *env, haveRaw bool) any {
 var vmPool = sync.Pool{New: func() any { return new(vm.VM) }}
 
 func (p *program) run(s *state) (any, error) {
+	if p.direct != nil {
+		return p.direct(s.d), nil
+	}
 	envAny := s.prepare(p)
 	m := vmPool.Get().(*vm.VM)
 	out, err := m.Run(p.prog, envAny)
