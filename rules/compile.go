@@ -37,9 +37,10 @@ type program struct {
 	// konst is the outcome of an expression that is one constant (ack, retry_after('5s')): it
 	// is returned without running the VM or building an environment.
 	konst *engine.Outcome
-	// direct, for an emit value that is a constant ('flowrun', 1 + 2 once folded) or reads one
-	// header (headers['x'], headers.x), gives its value without running the VM: most emit
-	// headers are one of these, and a VM run costs more than the rest of such a header.
+	// direct, for an emit value that is a constant ('flowrun', 1 + 2 once folded), reads one
+	// header (headers['x'], headers.x) or stamps the time (now(), now().UnixMilli()), gives its
+	// value without running the VM: most emit headers are one of these, and a VM run costs
+	// more than the rest of such a header.
 	direct func(d *engine.Delivery) any
 }
 
@@ -150,8 +151,9 @@ func compile(src string, kind exprKind) (program, error) {
 }
 
 // directValue returns how to read a value expression's result without the VM, where the
-// expression (after expr's constant folding) is a literal or one header read; nil otherwise.
-// What it gives is what the VM gives: a literal's Go value, a header's string ("" when missing).
+// expression (after expr's constant folding) is a literal, one header read, now() or a time
+// method of now() (now().UnixMilli()); nil otherwise. What it gives is what the VM gives: a
+// literal's Go value, a header's string ("" when missing), the time or the method's result.
 func directValue(n ast.Node) func(d *engine.Delivery) any {
 	var v any
 	switch n := n.(type) {
@@ -173,6 +175,22 @@ func directValue(n ast.Node) func(d *engine.Delivery) any {
 		}
 		key := name.Value
 		return func(d *engine.Delivery) any { return d.Headers[key] }
+	case *ast.BuiltinNode:
+		if n.Name != "now" || len(n.Arguments) != 0 {
+			return nil
+		}
+		return func(*engine.Delivery) any { return time.Now() }
+	case *ast.CallNode:
+		// now().UnixMicro() and the like, once patched (timemethods.go): a processing time stamp.
+		callee, ok := n.Callee.(*ast.IdentifierNode)
+		if !ok || len(n.Arguments) != 1 || !strings.HasPrefix(callee.Value, timeFuncPrefix) {
+			return nil
+		}
+		m, ok := timeMethods[strings.TrimPrefix(callee.Value, timeFuncPrefix)]
+		if now, isNow := n.Arguments[0].(*ast.BuiltinNode); !ok || !isNow || now.Name != "now" || len(now.Arguments) != 0 {
+			return nil
+		}
+		return func(*engine.Delivery) any { return m.fn(time.Now()) }
 	default:
 		return nil
 	}

@@ -2,8 +2,10 @@ package rules
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestCompileErrors(t *testing.T) {
@@ -182,7 +184,8 @@ func TestDirectValues(t *testing.T) {
 		{`payload.id`, false},
 		{`raw`, false},
 		{`key`, false},
-		{`now().UnixMicro()`, false},
+		{`now().Add(duration('1h')).Unix()`, false},
+		{`date('2026-01-02').UnixMicro()`, false},
 		{`let h = headers; h.sent`, false},
 	} {
 		p, err := compile(tc.src, kindValue)
@@ -207,6 +210,33 @@ func TestDirectValues(t *testing.T) {
 		}
 		if got != want {
 			t.Errorf("%s = %#v (%T) directly, %#v (%T) through the VM", tc.src, got, got, want, want)
+		}
+	}
+}
+
+// now() and a time method of now() as an emit value read the clock directly, with the VM's
+// result type.
+func TestDirectClockValues(t *testing.T) {
+	d := delivery(`{}`, nil)
+	for _, src := range []string{`now()`, `now().UnixMicro()`, `now().Unix()`, `now().Year()`, `now().UTC()`} {
+		p, err := compile(src, kindValue)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if p.direct == nil {
+			t.Errorf("%s: not direct", src)
+			continue
+		}
+		got, _ := p.run(&state{d: d})
+		p.direct = nil
+		want, _ := p.run(&state{d: d})
+		if reflect.TypeOf(got) != reflect.TypeOf(want) {
+			t.Errorf("%s: %T directly, %T through the VM", src, got, want)
+		}
+		if us, ok := got.(int64); ok && src == `now().UnixMicro()` {
+			if diff := want.(int64) - us; diff < 0 || diff > int64(time.Second/time.Microsecond) {
+				t.Errorf("%s: %d directly, %d through the VM just after", src, us, want)
+			}
 		}
 	}
 }
