@@ -111,7 +111,7 @@ func compile(src string, kind exprKind) (program, error) {
 	for _, f := range functions {
 		opts = append(opts, expr.Function(f.Name, f.fn, f.types...))
 	}
-	opts = append(opts, timeMethodOptions()...)
+	opts = append(opts, timeMethodOpts...)
 	if kind == kindCondition || kind == kindFilter {
 		opts = append(opts, expr.AsBool())
 	}

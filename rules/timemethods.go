@@ -42,7 +42,10 @@ const timeFuncPrefix = "$time."
 
 var timeType = reflect.TypeOf(time.Time{})
 
-// timeMethodOptions registers the functions the patcher calls instead of the methods.
+// timeMethodOpts register the functions the patcher calls instead of the methods; made once,
+// used by every compile.
+var timeMethodOpts = timeMethodOptions()
+
 func timeMethodOptions() []expr.Option {
 	opts := make([]expr.Option, 0, len(timeMethods))
 	for name, m := range timeMethods {
