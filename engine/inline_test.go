@@ -213,3 +213,33 @@ func TestRunInlineHandler(t *testing.T) {
 		})
 	}
 }
+
+// SPEC §11: concurrency bounds the handlers in flight, inline runs included: pushes small
+// enough to run inline, while workers are busy with earlier ones, never put more than
+// concurrency handlers at work at once.
+func TestInlineKeepsConcurrency(t *testing.T) {
+	for _, conc := range []int{1, 2} {
+		src := &fakeSource{caps: Capabilities{Ack: true, Batch: 8}, deliveries: deliveries(400), batch: 3}
+		var inflight, peak, total atomic.Int32
+		h := inlineHandler{inline: true, HandlerFunc: func(context.Context, *Delivery) Result {
+			n := inflight.Add(1)
+			for {
+				old := peak.Load()
+				if n <= old || peak.CompareAndSwap(old, n) {
+					break
+				}
+			}
+			time.Sleep(20 * time.Microsecond)
+			inflight.Add(-1)
+			total.Add(1)
+			return Result{Outcome: Ack()}
+		}}
+		p := &Pipeline{Name: "p", Source: src, Handler: h, Concurrency: conc, ShutdownTimeout: 5 * time.Second, Logger: zerolog.Nop()}
+		if err := run(t, context.Background(), Options{}, p); err != nil {
+			t.Fatal(err)
+		}
+		if total.Load() != 400 || peak.Load() > int32(conc) {
+			t.Fatalf("concurrency %d: handled %d of 400, %d at once", conc, total.Load(), peak.Load())
+		}
+	}
+}
