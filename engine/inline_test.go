@@ -214,12 +214,27 @@ func TestRunInlineHandler(t *testing.T) {
 	}
 }
 
+// mixedSource pushes 6 deliveries (more than run inline), then 1, and so on, without waiting:
+// the small pushes come while workers are busy with the large ones.
+type mixedSource struct{ fakeSource }
+
+func (s *mixedSource) Receive(ctx context.Context, feed Feed) error {
+	for i, size := 0, 6; i < len(s.deliveries); size = 7 - size {
+		b := s.deliveries[i:min(i+size, len(s.deliveries))]
+		i += len(b)
+		if feed.RoomFor(ctx, len(b)) == 0 || !feed.Push(ctx, b) {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 // SPEC §11: concurrency bounds the handlers in flight, inline runs included: pushes small
 // enough to run inline, while workers are busy with earlier ones, never put more than
 // concurrency handlers at work at once.
 func TestInlineKeepsConcurrency(t *testing.T) {
 	for _, conc := range []int{1, 2} {
-		src := &fakeSource{caps: Capabilities{Ack: true, Batch: 8}, deliveries: deliveries(400), batch: 3}
+		src := &mixedSource{fakeSource: fakeSource{caps: Capabilities{Ack: true, Batch: 8}, deliveries: deliveries(400)}}
 		var inflight, peak, total atomic.Int32
 		h := inlineHandler{inline: true, HandlerFunc: func(context.Context, *Delivery) Result {
 			n := inflight.Add(1)
