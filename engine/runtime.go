@@ -340,7 +340,8 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 	q := NewQueue(caps.Batch)
 	// Decided deliveries queue for the settler while it is busy with a round trip, so the next
 	// settle takes them all in one batch: one XACK for many ids, not one per message.
-	decisions := make(chan Decision, maxSettleBatch)
+	settleMax := settleBatch(caps.Batch)
+	decisions := make(chan Decision, settleMax)
 	gate := r.gate
 	returner, _ := p.Source.(Returner)
 	take, finished := q.Take, func(_ *Delivery, dec Decision) { decisions <- dec }
@@ -369,7 +370,7 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 		received <- err
 	}()
 
-	s := newSettler(r, stop, grace, gate)
+	s := newSettler(r, stop, grace, gate, settleMax)
 	settled := make(chan struct{})
 	go func() {
 		s.run(decisions)

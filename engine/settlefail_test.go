@@ -355,3 +355,66 @@ func TestEmitsAreBatchedAndFailPerDelivery(t *testing.T) {
 		t.Errorf("%d Publish calls for %d deliveries: emits are not batched", sink.calls, n)
 	}
 }
+
+// slowSettleSource's first Settle call waits for release, as a settle round trip that waits in
+// Redis behind a long read does; it notes the size of every call.
+type slowSettleSource struct {
+	fakeSource
+	entered, release chan struct{}
+	sizes            []int
+}
+
+func (s *slowSettleSource) Settle(ctx context.Context, batch []Settlement) error {
+	s.mu.Lock()
+	s.sizes = append(s.sizes, len(batch))
+	first := len(s.sizes) == 1
+	s.mu.Unlock()
+	if first {
+		close(s.entered)
+		<-s.release
+	}
+	return s.fakeSource.Settle(ctx, batch)
+}
+
+// While a settle round trip is slow, the decisions of a whole read wait for the settler rather
+// than the workers waiting for it, and they go out in one call: the settler's bound follows the
+// source's batch (here 2000, four times the least bound).
+func TestSettleBatchFollowsSourceBatch(t *testing.T) {
+	const n = 2000
+	src := &slowSettleSource{
+		fakeSource: fakeSource{caps: Capabilities{Ack: true, Batch: n}, deliveries: deliveries(n), batch: n},
+		entered:    make(chan struct{}), release: make(chan struct{}),
+	}
+	var handled atomic.Int32
+	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
+		if d.ID != "1" {
+			<-src.entered // the first call carries delivery 1 alone
+		}
+		handled.Add(1)
+		return Result{Outcome: Ack()}
+	})
+	done := make(chan error, 1)
+	go func() { done <- run(t, context.Background(), Options{}, p) }()
+	<-src.entered
+	deadline := time.Now().Add(5 * time.Second)
+	for handled.Load() < n {
+		if time.Now().After(deadline) {
+			close(src.release)
+			t.Fatalf("%d of %d handled while a settle call was in flight: the workers waited for the settler", handled.Load(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(src.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	settled, _, _ := src.snapshot()
+	if len(settled) != n {
+		t.Fatalf("settled %d, want %d", len(settled), n)
+	}
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if len(src.sizes) != 2 || src.sizes[0] != 1 || src.sizes[1] != n-1 {
+		t.Fatalf("settle call sizes %v, want [1 %d]: the rest in one call", src.sizes, n-1)
+	}
+}

@@ -10,8 +10,15 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// maxSettleBatch bounds how many settlements go to a transport in one call.
-const maxSettleBatch = 512
+// minSettleBatch is the least a settle call may carry; a pipeline's own bound is its source's
+// batch when that is larger (settleBatch).
+const minSettleBatch = 512
+
+// settleBatch bounds how many settlements go to a transport in one call, and how many decisions
+// wait for the settler: a whole read. Where a settle round trip waits behind a source's long
+// reads in Redis (XCLAIM of half a batch takes a millisecond), a smaller bound made the workers
+// wait for the settler, and the reads for the workers.
+func settleBatch(batch int) int { return max(minSettleBatch, batch) }
 
 // Backoff between resends of settlements that failed transiently.
 const (
@@ -32,6 +39,7 @@ type settler struct {
 	held  holdHeap
 	gate  *holdGate
 
+	max   int          // the most settlements in one call (settleBatch)
 	batch []Decision   // decisions to settle in the next call
 	buf   []Settlement // the Settle call's argument, reused
 	// retry holds decisions whose settlement failed transiently; they are resent at retryAt
@@ -45,8 +53,8 @@ type settler struct {
 
 type faultKey struct{ command, key, reason string }
 
-func newSettler(r *runner, stop, grace context.Context, gate *holdGate) *settler {
-	return &settler{r: r, stop: stop, grace: grace, gate: gate, logged: map[faultKey]struct{}{}}
+func newSettler(r *runner, stop, grace context.Context, gate *holdGate, max int) *settler {
+	return &settler{r: r, stop: stop, grace: grace, gate: gate, max: max, logged: map[faultKey]struct{}{}}
 }
 
 // run consumes decisions until the channel closes, then writes the held copies: at once after a
@@ -58,7 +66,7 @@ func (s *settler) run(decisions <-chan Decision) {
 		s.resetTimer(timer)
 		// While many resends wait, take no new decisions: workers block, reading pauses.
 		in := decisions
-		if len(s.retry) >= maxSettleBatch {
+		if len(s.retry) >= s.max {
 			in = nil
 		}
 		select {
@@ -91,7 +99,7 @@ func (s *settler) run(decisions <-chan Decision) {
 func (s *settler) collect(dec Decision, decisions <-chan Decision) {
 	s.batch = append(s.batch, dec)
 more:
-	for len(s.batch) < maxSettleBatch {
+	for len(s.batch) < s.max {
 		select {
 		case d, ok := <-decisions:
 			if !ok {
@@ -242,14 +250,14 @@ func (s *settler) requeueDue(now time.Time) {
 	s.r.metrics.DelayedHeld(len(s.held))
 }
 
-// settle sends the batch and every resend that is due, in calls of at most maxSettleBatch.
+// settle sends the batch and every resend that is due, in calls of at most s.max.
 func (s *settler) settle() {
 	todo := s.batch // settled in place when nothing waits for a resend: no copy per batch
 	if len(s.retry) > 0 {
 		todo = append(s.takeRetries(), s.batch...)
 	}
 	for len(todo) > 0 {
-		n := min(len(todo), maxSettleBatch)
+		n := min(len(todo), s.max)
 		s.settleCall(todo[:n])
 		todo = todo[n:]
 	}
