@@ -143,10 +143,12 @@ func (r *reader) newPass(count int) *claimPass {
 	if len(p.ids) == 0 {
 		return nil
 	}
-	// The pass lists the candidates after those known, enough for maxPasses passes, unless a
-	// listing is in flight already (whose end is not known yet). So the known candidates stay
-	// within a batch, and with two passes in flight one listing serves both.
-	if want := maxPasses*passSize(s.o.Batch) - len(r.cands); !r.listingInFlight() && want > 0 {
+	// The pass lists the candidates after those known, enough for maxPasses+1 passes, unless
+	// a listing is in flight already (whose end is not known yet). One pass more than can be in
+	// flight: while this pass and the one sent next are in Redis, the pass that ends first
+	// needs candidates for the pass that replaces it, and this listing has not come back then.
+	// Listing only maxPasses ran dry every third pass, leaving one pass in flight at a time.
+	if want := (maxPasses+1)*passSize(s.o.Batch) - len(r.cands); !r.listingInFlight() && want > 0 {
 		last := p.ids[len(p.ids)-1]
 		if len(r.cands) > 0 {
 			last = r.cands[len(r.cands)-1].ID
