@@ -414,8 +414,8 @@ func ackEachOnce(t *testing.T, r *running, seen map[string]bool, n int, check fu
 }
 
 // A claiming takeover keeps two passes in flight (Redis claims the next while this process
-// converts and hands over the last), lists each idle entry once (one listing serves two
-// passes), and delivers every entry exactly once with its delivery count, never reading more
+// converts and hands over the last), lists each idle entry once (each listing serves the
+// passes after it), and delivers every entry exactly once with its delivery count, never reading more
 // than the engine has room for (the Receiver checks the feed contract).
 func TestClaimingTakeoverOverlapsPasses(t *testing.T) {
 	e := newEnv(t)
@@ -555,4 +555,30 @@ func TestClaimingPassReplyLost(t *testing.T) {
 		}
 	}
 	e.waitFor("nothing pending", 10*time.Second, func() bool { return e.pending("s", "g") == 0 })
+}
+
+// Through a claiming takeover, whenever a pass is handed over and idle entries remain beyond
+// the pass still in flight, candidates for the next pass are known: the listing riding on a
+// pass covers one pass more than can be in flight. (Listing for two left the pool empty every
+// third pass, and the next XCLAIM then waited a whole round trip for its candidates.)
+func TestClaimingCandidatesNeverRunDry(t *testing.T) {
+	e := newEnv(t)
+	const n = 40
+	deadBacklog(e, n)
+	r, _ := passReader(e, KindClaiming) // batch 2: passes of 1, two in flight
+	claimed := 0
+	for claimed < n {
+		ds, err := r.claimAhead(e.ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 0 {
+			t.Fatalf("a pass claimed nothing after %d of %d", claimed, n)
+		}
+		claimed += len(ds)
+		if left := n - claimed - r.outstanding(); left > 0 && len(r.cands) == 0 {
+			t.Fatalf("after %d claimed, %d in flight and %d idle left: no candidates known for the next pass", claimed, r.outstanding(), left)
+		}
+	}
+	r.dropPasses()
 }
