@@ -53,8 +53,8 @@ type settler struct {
 
 type faultKey struct{ command, key, reason string }
 
-func newSettler(r *runner, stop, grace context.Context, gate *holdGate, max int) *settler {
-	return &settler{r: r, stop: stop, grace: grace, gate: gate, max: max, logged: map[faultKey]struct{}{}}
+func newSettler(r *runner, stop, grace context.Context, gate *holdGate, most int) *settler {
+	return &settler{r: r, stop: stop, grace: grace, gate: gate, max: most, logged: map[faultKey]struct{}{}}
 }
 
 // run consumes decisions until the channel closes, then writes the held copies: at once after a
