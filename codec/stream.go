@@ -41,6 +41,30 @@ func StreamFields(m *engine.Message) []string {
 // entry without that field is a valid message with an empty payload (SPEC §3).
 func DecodeStream(m *engine.Message, values map[string]any) { DecodeStreamRoom(m, values, 0) }
 
+// DecodeStreamList is DecodeStreamRoom for an entry's fields as the flat list a generic reply
+// carries (field, value, field, value, …), so no map is built per entry on the way. A field
+// given twice keeps its last value, as in go-redis's map.
+func DecodeStreamList(m *engine.Message, fields []any, extra int) {
+	h := make(map[string]string, len(fields)/2+extra)
+	m.Payload = nil
+	for i := 0; i+1 < len(fields); i += 2 {
+		k, v := fieldString(fields[i]), fieldString(fields[i+1])
+		if k == StreamPayloadField {
+			m.Payload = []byte(v)
+		} else {
+			h[k] = v
+		}
+	}
+	m.Headers = h
+}
+
+func fieldString(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return fmt.Sprint(v)
+}
+
 // DecodeStreamRoom is DecodeStream with room for extra more headers, for a source that adds
 // its own (claiming's delivery count and idle time): the map is sized once, not grown.
 func DecodeStreamRoom(m *engine.Message, values map[string]any, extra int) {

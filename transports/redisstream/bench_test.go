@@ -199,3 +199,50 @@ func preload(b testing.TB, rdb *redis.Client, stream string) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkReadParse reads the same 1,000 pending entries (XREADGROUP from 0) on a RESP2
+// connection and converts them into deliveries, with go-redis's XREADGROUP (a map per entry)
+// and as the source's reads of new entries do (readGeneric: the generic reply's field lists).
+// Redis's own work is in both:
+//
+//	go test -run '^$' -bench ReadParse -benchmem ./transports/redisstream/
+func BenchmarkReadParse(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := srv.Client(b)
+	ctx := context.Background()
+	const n = 1000
+	if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for range n {
+			p.XAdd(ctx, &redis.XAddArgs{Stream: "s", Values: []string{"payload", `{"id":12345,"amount":99.5,"currency":"EUR"}`}})
+		}
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	rdb.XGroupCreate(ctx, "s", "g", "0")
+	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{"s", ">"}, Count: n})
+	src, err := New(rdb, Options{Kind: KindStream, Stream: "s", Group: "g", Consumer: "c"}, zerolog.Nop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	rc := src.newReadClient()
+	defer rc.Close()
+	conn := rc.Conn()
+	defer conn.Close()
+	b.Run("go-redis", func(b *testing.B) {
+		for range b.N {
+			msgs, err := src.xreadgroup(ctx, conn, "0", n, -1)
+			if err != nil || len(src.deliveries(msgs)) != n {
+				b.Fatal(len(msgs), err)
+			}
+		}
+	})
+	b.Run("generic", func(b *testing.B) {
+		for range b.N {
+			ds, err := src.readGeneric(ctx, conn, "0", n, -1)
+			if err != nil || len(ds) != n {
+				b.Fatal(len(ds), err)
+			}
+		}
+	})
+}

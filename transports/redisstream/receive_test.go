@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/engine"
 )
@@ -304,5 +306,36 @@ func TestReadConnectionSpeaksRESP2(t *testing.T) {
 	}
 	if len(ds) != 1 || ds[0].ID != id || string(ds[0].Payload) != `{"n":1}` || ds[0].Headers["k"] != "v" {
 		t.Fatalf("read %+v, want %s with its payload and header", ds, id)
+	}
+}
+
+// A read of new entries may block for longer than the client's read timeout: the read
+// connection allows for the block (go-redis's own XREADGROUP does so per command), so an idle
+// source waits out its block without a read error.
+func TestReadBlocksLongerThanReadTimeout(t *testing.T) {
+	e := newEnv(t)
+	c := redis.NewClient(&redis.Options{Addr: e.srv.Addr, ReadTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { c.Close() })
+	o := streamOpts("s")
+	o.Block = 700 * time.Millisecond
+	src, err := New(c, o, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errs atomic.Int32
+	src.SetErrorHook(func() { errs.Add(1) })
+	r := e.run(src, nil)
+	e.waitFor("the group", 5*time.Second, func() bool {
+		g, _ := e.rdb.XInfoGroups(e.ctx, "s").Result()
+		return len(g) == 1
+	})
+	// Two blocks pass with nothing to read, then an entry comes.
+	time.Sleep(2 * o.Block)
+	id := e.xadd("s", "payload", "x")
+	if d := r.Next(t); d.ID != id {
+		t.Fatalf("read %s, want %s", d.ID, id)
+	}
+	if n := errs.Load(); n != 0 {
+		t.Fatalf("%d read errors while blocked", n)
 	}
 }
