@@ -352,22 +352,19 @@ func (s *Source) readGeneric(ctx context.Context, c *redis.Conn, id string, coun
 	}
 	all := make([]engine.Delivery, len(entries))
 	ds := make([]*engine.Delivery, len(entries))
-	extra := 0
-	if s.o.Kind != KindStream {
-		extra = 2 // setCountHeaders
-	}
+	extra := s.headerRoom()
 	for i, e := range entries {
 		pair, ok := e.([]any)
 		if !ok || len(pair) != 2 {
 			return nil, fmt.Errorf("redisstream: xreadgroup %s: unexpected entry %T", s.o.Stream, e)
 		}
-		id, ok := pair[0].(string)
+		eid, ok := pair[0].(string)
 		if !ok {
 			return nil, fmt.Errorf("redisstream: xreadgroup %s: unexpected entry id %T", s.o.Stream, pair[0])
 		}
 		fields, _ := pair[1].([]any) // nil for an entry whose data is gone (not for new entries)
 		d := &all[i]
-		d.Key, d.ID, d.Token = s.o.Stream, id, id
+		d.Key, d.ID, d.Token = s.o.Stream, eid, eid
 		codec.DecodeStreamList(&d.Message, fields, extra)
 		ds[i] = d
 	}
@@ -628,6 +625,15 @@ func (s *Source) pendingCounts(ctx context.Context, msgs []redis.XMessage) (map[
 	}
 }
 
+// headerRoom is how many headers the source adds to an entry's own: claiming and reclaim add
+// the delivery count and idle time (setCountHeaders), so the map is sized for them at once.
+func (s *Source) headerRoom() int {
+	if s.o.Kind != KindStream {
+		return 2
+	}
+	return 0
+}
+
 // deliveries maps entries to deliveries, allocated together.
 func (s *Source) deliveries(msgs []redis.XMessage) []*engine.Delivery {
 	if len(msgs) == 0 {
@@ -635,10 +641,7 @@ func (s *Source) deliveries(msgs []redis.XMessage) []*engine.Delivery {
 	}
 	block := make([]engine.Delivery, len(msgs))
 	ds := make([]*engine.Delivery, len(msgs))
-	extra := 0
-	if s.o.Kind != KindStream {
-		extra = 2 // setCountHeaders
-	}
+	extra := s.headerRoom()
 	for i, m := range msgs {
 		d := &block[i]
 		d.Key, d.ID, d.Token = s.o.Stream, m.ID, m.ID
