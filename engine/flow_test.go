@@ -78,17 +78,11 @@ func TestFlowConcurrencyKeyLimitOneKeepsOrderAndNeverOverlaps(t *testing.T) {
 
 func TestFlowConcurrencyKeyLimitBoundsPerKey(t *testing.T) {
 	src := &fakeSource{deliveries: keyed(40, "a"), batch: 10}
-	var cur, peak atomic.Int32
+	var g gauge
 	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
-		n := cur.Add(1)
-		for {
-			m := peak.Load()
-			if n <= m || peak.CompareAndSwap(m, n) {
-				break
-			}
-		}
+		leave := g.enter()
 		time.Sleep(2 * time.Millisecond)
-		cur.Add(-1)
+		leave()
 		return Result{Outcome: Ack()}
 	})
 	p.Concurrency = 8
@@ -96,7 +90,7 @@ func TestFlowConcurrencyKeyLimitBoundsPerKey(t *testing.T) {
 	if err := run(t, context.Background(), Options{}, p); err != nil {
 		t.Fatal(err)
 	}
-	if got := peak.Load(); got > 3 || got < 2 {
+	if got := g.most(); got > 3 || got < 2 {
 		t.Fatalf("peak handlers of one key = %d, want at most 3 (and more than 1)", got)
 	}
 }
@@ -412,18 +406,13 @@ func TestFlowThrottleLateStartAsksAgain(t *testing.T) {
 	ds := keyed(8, "a", "b", "c", "d", "e", "f", "g", "h")
 	src := &fakeSource{deliveries: ds, batch: 8}
 	store := &countingStore{MemFlowStore: NewMemFlowStore()}
-	var running, peak atomic.Int32
+	var g gauge
 	var mu sync.Mutex
 	handled := map[string]int{}
 	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
-		n := running.Add(1)
-		for {
-			if old := peak.Load(); n <= old || peak.CompareAndSwap(old, n) {
-				break
-			}
-		}
+		leave := g.enter()
 		time.Sleep(40 * time.Millisecond) // longer than the 10ms slack
-		running.Add(-1)
+		leave()
 		mu.Lock()
 		handled[d.Headers["k"]]++
 		mu.Unlock()
@@ -448,8 +437,8 @@ func TestFlowThrottleLateStartAsksAgain(t *testing.T) {
 			t.Fatalf("key %s handled %d times", k, n)
 		}
 	}
-	if peak.Load() > 2 {
-		t.Fatalf("%d handlers at once, concurrency 2", peak.Load())
+	if g.most() > 2 {
+		t.Fatalf("%d handlers at once, concurrency 2", g.most())
 	}
 	// The first round admitted 8 for 2 handlers: 6 came too late and asked again, and the
 	// extra admissions stopped.

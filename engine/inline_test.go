@@ -249,17 +249,12 @@ func (s *mixedSource) Receive(ctx context.Context, feed Feed) error {
 func TestInlineKeepsConcurrency(t *testing.T) {
 	for _, conc := range []int{1, 2} {
 		src := &mixedSource{fakeSource: fakeSource{caps: Capabilities{Ack: true, Batch: 8}, deliveries: deliveries(400)}}
-		var inflight, peak, total atomic.Int32
+		var g gauge
+		var total atomic.Int32
 		h := inlineHandler{inline: true, HandlerFunc: func(context.Context, *Delivery) Result {
-			n := inflight.Add(1)
-			for {
-				old := peak.Load()
-				if n <= old || peak.CompareAndSwap(old, n) {
-					break
-				}
-			}
+			leave := g.enter()
 			time.Sleep(20 * time.Microsecond)
-			inflight.Add(-1)
+			leave()
 			total.Add(1)
 			return Result{Outcome: Ack()}
 		}}
@@ -267,8 +262,8 @@ func TestInlineKeepsConcurrency(t *testing.T) {
 		if err := run(t, context.Background(), Options{}, p); err != nil {
 			t.Fatal(err)
 		}
-		if total.Load() != 400 || peak.Load() > int32(conc) {
-			t.Fatalf("concurrency %d: handled %d of 400, %d at once", conc, total.Load(), peak.Load())
+		if total.Load() != 400 || g.most() > int32(conc) {
+			t.Fatalf("concurrency %d: handled %d of 400, %d at once", conc, total.Load(), g.most())
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,17 +14,11 @@ import (
 // concurrency at a time, several at once when a batch holds several.
 func TestBatchesSpreadOverWorkers(t *testing.T) {
 	src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: deliveries(500), batch: 64}
-	var inflight, peak atomic.Int32
+	var g gauge
 	p := pipeline(src, func(context.Context, *Delivery) Result {
-		n := inflight.Add(1)
-		for {
-			old := peak.Load()
-			if n <= old || peak.CompareAndSwap(old, n) {
-				break
-			}
-		}
+		leave := g.enter()
 		time.Sleep(100 * time.Microsecond)
-		inflight.Add(-1)
+		leave()
 		return Result{Outcome: Ack()}
 	})
 	p.Concurrency = 4
@@ -40,8 +33,8 @@ func TestBatchesSpreadOverWorkers(t *testing.T) {
 	if len(settled) != 500 || len(seen) != 500 {
 		t.Fatalf("settled %d (%d distinct), want 500", len(settled), len(seen))
 	}
-	if peak.Load() > 4 || peak.Load() < 2 {
-		t.Fatalf("%d handlers at once, want 2..4 with concurrency 4", peak.Load())
+	if g.most() > 4 || g.most() < 2 {
+		t.Fatalf("%d handlers at once, want 2..4 with concurrency 4", g.most())
 	}
 }
 

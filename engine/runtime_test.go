@@ -130,18 +130,29 @@ func run(t *testing.T, ctx context.Context, opts Options, ps ...*Pipeline) error
 	}
 }
 
+// gauge counts the handlers at work and the most at once.
+type gauge struct{ now, peak atomic.Int32 }
+
+// enter notes a handler starting; the func it returns notes it ending.
+func (g *gauge) enter() (leave func()) {
+	n := g.now.Add(1)
+	for {
+		old := g.peak.Load()
+		if n <= old || g.peak.CompareAndSwap(old, n) {
+			break
+		}
+	}
+	return func() { g.now.Add(-1) }
+}
+
+// most is the most handlers at work at once so far.
+func (g *gauge) most() int32 { return g.peak.Load() }
+
 func TestRunSettlesEveryDeliveryWithinConcurrency(t *testing.T) {
 	src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: deliveries(200)}
-	var inflight, peak atomic.Int32
+	var g gauge
 	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
-		n := inflight.Add(1)
-		for {
-			old := peak.Load()
-			if n <= old || peak.CompareAndSwap(old, n) {
-				break
-			}
-		}
-		defer inflight.Add(-1)
+		defer g.enter()()
 		if d.Attempt != 1 {
 			return Result{Err: fmt.Errorf("attempt %d", d.Attempt)}
 		}
@@ -165,8 +176,8 @@ func TestRunSettlesEveryDeliveryWithinConcurrency(t *testing.T) {
 	if len(seen) != 200 {
 		t.Fatalf("%d distinct deliveries settled, want 200", len(seen))
 	}
-	if peak.Load() > 3 {
-		t.Fatalf("%d handlers ran at once, concurrency is 3", peak.Load())
+	if g.most() > 3 {
+		t.Fatalf("%d handlers ran at once, concurrency is 3", g.most())
 	}
 	if !src.closed {
 		t.Fatal("source not closed")
