@@ -48,14 +48,18 @@ func DecodeStreamList(m *engine.Message, fields []any, extra int) {
 	h := make(map[string]string, len(fields)/2+extra)
 	m.Payload = nil
 	for i := 0; i+1 < len(fields); i += 2 {
-		k, v := fieldString(fields[i]), fieldString(fields[i+1])
-		if k == StreamPayloadField {
-			m.Payload = []byte(v)
-		} else {
-			h[k] = v
-		}
+		putField(m, h, fieldString(fields[i]), fields[i+1])
 	}
 	m.Headers = h
+}
+
+// putField puts one entry field into m: the payload field as the payload, any other into h.
+func putField(m *engine.Message, h map[string]string, k string, v any) {
+	if k == StreamPayloadField {
+		m.Payload = []byte(fieldString(v))
+	} else {
+		h[k] = fieldString(v)
+	}
 }
 
 func fieldString(v any) string {
@@ -71,15 +75,7 @@ func DecodeStreamRoom(m *engine.Message, values map[string]any, extra int) {
 	h := make(map[string]string, len(values)+extra)
 	m.Payload = nil
 	for k, v := range values {
-		s, ok := v.(string)
-		if !ok {
-			s = fmt.Sprint(v)
-		}
-		if k == StreamPayloadField {
-			m.Payload = []byte(s)
-		} else {
-			h[k] = s
-		}
+		putField(m, h, k, v)
 	}
 	m.Headers = h
 }
