@@ -39,27 +39,34 @@ func StreamFields(m *engine.Message) []string {
 // DecodeStream sets m's headers (never nil) and payload from a stream entry's fields, as
 // go-redis returns them: the field "payload" is the payload, every other field a header. An
 // entry without that field is a valid message with an empty payload (SPEC §3).
-func DecodeStream(m *engine.Message, values map[string]any) { DecodeStreamRoom(m, values, 0) }
+func DecodeStream(m *engine.Message, values map[string]any) {
+	DecodeStreamRoom(m, values, 0)
+	if m.Headers == nil {
+		m.Headers = map[string]string{}
+	}
+}
 
 // DecodeStreamList is DecodeStreamRoom for an entry's fields as the flat list a generic reply
 // carries (field, value, field, value, …), so no map is built per entry on the way. A field
 // given twice keeps its last value, as in go-redis's map.
 func DecodeStreamList(m *engine.Message, fields []any, extra int) {
-	h := make(map[string]string, len(fields)/2+extra)
-	m.Payload = nil
+	m.Headers, m.Payload = nil, nil
 	for i := 0; i+1 < len(fields); i += 2 {
-		putField(m, h, fieldString(fields[i]), fields[i+1])
+		putField(m, fieldString(fields[i]), fields[i+1], len(fields)/2+extra)
 	}
-	m.Headers = h
 }
 
-// putField puts one entry field into m: the payload field as the payload, any other into h.
-func putField(m *engine.Message, h map[string]string, k string, v any) {
+// putField puts one entry field into m: the payload field as the payload, any other into its
+// headers, made with room for size on the first.
+func putField(m *engine.Message, k string, v any, size int) {
 	if k == StreamPayloadField {
 		m.Payload = []byte(fieldString(v))
-	} else {
-		h[k] = fieldString(v)
+		return
 	}
+	if m.Headers == nil {
+		m.Headers = make(map[string]string, size)
+	}
+	m.Headers[k] = fieldString(v)
 }
 
 func fieldString(v any) string {
@@ -70,12 +77,12 @@ func fieldString(v any) string {
 }
 
 // DecodeStreamRoom is DecodeStream with room for extra more headers, for a source that adds
-// its own (claiming's delivery count and idle time): the map is sized once, not grown.
+// its own (claiming's delivery count and idle time): the map is sized once, not grown. Unlike
+// DecodeStream it leaves the headers nil for an entry with no field but the payload (the most
+// common entry), for the source to share one map among such entries or leave it to the engine.
 func DecodeStreamRoom(m *engine.Message, values map[string]any, extra int) {
-	h := make(map[string]string, len(values)+extra)
-	m.Payload = nil
+	m.Headers, m.Payload = nil, nil
 	for k, v := range values {
-		putField(m, h, k, v)
+		putField(m, k, v, len(values)+extra)
 	}
-	m.Headers = h
 }

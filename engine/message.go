@@ -21,9 +21,13 @@ const (
 
 // Message is what flows through a pipeline (SPEC §3).
 type Message struct {
-	Key     string            // the stream, list, channel or record key it came from
-	ID      string            // stream entry id, record line number, empty elsewhere
-	Headers map[string]string // never nil on a delivery
+	Key string // the stream, list, channel or record key it came from
+	ID  string // stream entry id, record line number, empty elsewhere
+	// Headers is never nil on a delivery. A delivery's headers are read-only once received: a
+	// source may share one map among its deliveries (the stream kinds share one among entries
+	// with no field but the payload), so the engine, the rules and handlers write only into
+	// copies (Clone).
+	Headers map[string]string
 	Payload []byte
 }
 

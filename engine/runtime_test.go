@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -489,5 +490,57 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A delivery's headers are read-only once received, so a source may share one map among its
+// deliveries (the claiming kinds do): whatever the outcome, the engine writes only into copies.
+func TestRunLeavesDeliveryHeadersAlone(t *testing.T) {
+	shared := map[string]string{"tenant": "a", HeaderDeliveryCount: "2"}
+	ds := deliveries(6)
+	for _, d := range ds {
+		d.Headers = shared
+	}
+	src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: ds}
+	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
+		switch d.ID {
+		case "1":
+			return Result{Outcome: Ack(), Emits: []Emit{{Target: Target{Kind: "record"}, Message: &Message{Key: "out", Headers: map[string]string{}}}}}
+		case "2":
+			return Result{Outcome: Retry()}
+		case "3":
+			return Result{Outcome: RetryAfter(time.Millisecond)}
+		case "4":
+			return Result{Outcome: DeadLetter("bad")}
+		case "5":
+			panic("boom")
+		default:
+			return Result{Outcome: Drop()}
+		}
+	})
+	p.MaxAttempts, p.DeadLetter = 3, "dlq"
+	p.Tracer = &recordingTracer{} // its spans write a traceparent into what is written
+	sinks := func(t Target) (Sink, error) { return recordingSink{src: src, key: t.Kind}, nil }
+	if err := run(t, context.Background(), Options{Sinks: sinks}, p); err != nil {
+		t.Fatal(err)
+	}
+	settled, requeued, _ := src.snapshot()
+	if len(settled) != 6 {
+		t.Fatalf("settled %d, want 6", len(settled))
+	}
+	copies := 0
+	for _, s := range settled {
+		if s.Copy != nil {
+			copies++
+			if s.Copy.Headers["tenant"] != "a" {
+				t.Errorf("copy of %s: headers %v, want the delivery's", s.Delivery.ID, s.Copy.Headers)
+			}
+		}
+	}
+	if copies+len(requeued) < 4 {
+		t.Errorf("%d copies written, want one each for retry, delay, dead letter and the panic", copies+len(requeued))
+	}
+	if want := map[string]string{"tenant": "a", HeaderDeliveryCount: "2"}; !maps.Equal(shared, want) {
+		t.Errorf("the deliveries' shared headers became %v, want %v", shared, want)
 	}
 }

@@ -582,3 +582,66 @@ func TestClaimingCandidatesNeverRunDry(t *testing.T) {
 	}
 	r.dropPasses()
 }
+
+// Entries with no field but the payload get the delivery count and idle time as their only
+// headers (the source may share one map among them); an entry's own fields stay its own, taken
+// over or fresh.
+func TestCountHeadersOfPayloadOnlyEntries(t *testing.T) {
+	minIdle := testMinIdle.Milliseconds()
+	for _, kind := range []string{KindClaiming, KindReclaim} {
+		t.Run(kind, func(t *testing.T) {
+			e := newEnv(t)
+			if err := e.rdb.XGroupCreateMkStream(e.ctx, "s", "g", "0").Err(); err != nil {
+				t.Fatal(err)
+			}
+			own := map[string]bool{}
+			for i := range 6 {
+				fields := []string{"payload", strconv.Itoa(i)}
+				if i%3 == 1 {
+					fields = append(fields, "h", strconv.Itoa(i))
+				}
+				id := e.xadd("s", fields...)
+				own[id] = i%3 == 1
+				if i == 2 { // the first three left pending by a consumer that died
+					e.rdb.XReadGroup(e.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "ghost", Streams: []string{"s", ">"}})
+				}
+			}
+			r := e.start(claimOpts(kind, "a"))
+			taken := map[string]bool{}
+			for range 6 {
+				var d *engine.Delivery
+				select {
+				case d = <-r.Out():
+				case <-time.After(5 * time.Second):
+					t.Fatalf("%d of 6 delivered", len(taken))
+				}
+				taken[d.ID] = true
+				fresh := d.Payload[0] >= '3'
+				switch {
+				case kind == KindClaiming && fresh:
+					expectCounts(t, d, 1, 0, 0, 0)
+				case kind == KindClaiming:
+					expectCounts(t, d, 2, 1, minIdle, minIdle+5000)
+				case fresh:
+					expectCounts(t, d, 1, 1, 0, 0)
+				default:
+					expectCounts(t, d, 2, 2, minIdle, minIdle)
+				}
+				want := 2
+				if own[d.ID] {
+					want = 3
+					if d.Headers["h"] != string(d.Payload) {
+						t.Fatalf("delivery %s: headers %v, want its own field h", d.ID, d.Headers)
+					}
+				}
+				if len(d.Headers) != want {
+					t.Fatalf("delivery %s (payload %s): headers %v, want %d", d.ID, d.Payload, d.Headers, want)
+				}
+				r.settle(t, ack(d)...)
+			}
+			if n := e.pending("s", "g"); n != 0 {
+				t.Fatalf("pending = %d after acks", n)
+			}
+		})
+	}
+}

@@ -214,6 +214,7 @@ func (r *reader) runPass(ctx context.Context, p *claimPass) {
 	// XCLAIM answers in the order of its ids, leaving out those it refused: each entry is
 	// found after the last one (a search from the start only if that ever were not so).
 	from := 0
+	var headers countHeaders
 	for _, d := range p.ds {
 		i := slices.Index(p.ids[from:], d.ID)
 		if i >= 0 {
@@ -228,7 +229,7 @@ func (r *reader) runPass(ctx context.Context, p *claimPass) {
 		d.DeliveryCount = int(in.count) // deliveries before this one
 		d.Attempt = d.DeliveryCount + 1
 		d.IdleMS = in.idle
-		setCountHeaders(d)
+		headers.set(d)
 	}
 	s.trackDeliveries(p.ds)
 }

@@ -310,14 +310,15 @@ func (s *Source) readNew(ctx context.Context, c redis.Cmdable, count int, block 
 		}
 		ds = s.deliveries(msgs)
 	}
+	var counts countHeaders
 	for _, d := range ds {
 		switch s.o.Kind {
 		case KindClaiming:
 			d.Attempt, d.DeliveryCount, d.IdleMS = 1, 0, 0
-			setCountHeaders(d)
+			counts.set(d)
 		case KindReclaim:
 			d.Attempt, d.DeliveryCount, d.IdleMS = 1, 1, 0
-			setCountHeaders(d)
+			counts.set(d)
 		}
 	}
 	s.trackDeliveries(ds)
@@ -353,6 +354,7 @@ func (s *Source) readGeneric(ctx context.Context, c *redis.Conn, id string, coun
 	all := make([]engine.Delivery, len(entries))
 	ds := make([]*engine.Delivery, len(entries))
 	extra := s.headerRoom()
+	var none sharedNone
 	for i, e := range entries {
 		pair, ok := e.([]any)
 		if !ok || len(pair) != 2 {
@@ -366,6 +368,7 @@ func (s *Source) readGeneric(ctx context.Context, c *redis.Conn, id string, coun
 		d := &all[i]
 		d.Key, d.ID, d.Token = s.o.Stream, eid, eid
 		codec.DecodeStreamList(&d.Message, fields, extra)
+		none.fill(&d.Message)
 		ds[i] = d
 	}
 	return ds, nil
@@ -564,6 +567,7 @@ func (r *reader) countCarriedKnown(ctx context.Context, known map[string]int64) 
 	r.carry = nil
 	out := ds[:0]
 	var gone []string
+	var headers countHeaders
 	for _, d := range ds {
 		n, ok := counts[d.ID]
 		if !ok {
@@ -576,7 +580,7 @@ func (r *reader) countCarriedKnown(ctx context.Context, known map[string]int64) 
 		d.DeliveryCount = int(n)
 		d.Attempt = d.DeliveryCount
 		d.IdleMS = idle
-		setCountHeaders(d)
+		headers.set(d)
 		out = append(out, d)
 	}
 	s.track.remove(gone)
@@ -626,7 +630,7 @@ func (s *Source) pendingCounts(ctx context.Context, msgs []redis.XMessage) (map[
 }
 
 // headerRoom is how many headers the source adds to an entry's own: claiming and reclaim add
-// the delivery count and idle time (setCountHeaders), so the map is sized for them at once.
+// the delivery count and idle time (countHeaders), so the map is sized for them at once.
 func (s *Source) headerRoom() int {
 	if s.o.Kind != KindStream {
 		return 2
@@ -642,10 +646,12 @@ func (s *Source) deliveries(msgs []redis.XMessage) []*engine.Delivery {
 	block := make([]engine.Delivery, len(msgs))
 	ds := make([]*engine.Delivery, len(msgs))
 	extra := s.headerRoom()
+	var none sharedNone
 	for i, m := range msgs {
 		d := &block[i]
 		d.Key, d.ID, d.Token = s.o.Stream, m.ID, m.ID
 		codec.DecodeStreamRoom(&d.Message, m.Values, extra)
+		none.fill(&d.Message)
 		ds[i] = d // the stream kind's attempt is the engine's to number (Capabilities.Number)
 	}
 	return ds
@@ -659,10 +665,44 @@ func (s *Source) trackDeliveries(ds []*engine.Delivery) {
 	s.track.add(ids)
 }
 
-// setCountHeaders writes x-delivery-count and x-idle-ms (SPEC §6) from the delivery's fields.
-func setCountHeaders(d *engine.Delivery) {
-	d.Headers[engine.HeaderDeliveryCount] = strconv.Itoa(d.DeliveryCount)
-	d.Headers[engine.HeaderIdleMS] = strconv.FormatInt(d.IdleMS, 10)
+// sharedNone gives the entries of one batch that have no field but the payload (the usual
+// entry) one empty headers map between them: a delivery's headers are read-only once received
+// (engine.Message), and a map per entry was an allocation on the reader's path, the one path
+// every batch waits for.
+type sharedNone struct{ m map[string]string }
+
+func (n *sharedNone) fill(m *engine.Message) {
+	if m.Headers == nil {
+		if n.m == nil {
+			n.m = map[string]string{}
+		}
+		m.Headers = n.m
+	}
+}
+
+// countHeaders writes x-delivery-count and x-idle-ms (SPEC §6) from deliveries' fields, for
+// one batch. Entries with no headers of their own (sharedNone) that follow one another with
+// the same count and idle time share one map of the two, for the reason sharedNone does.
+type countHeaders struct {
+	count  int
+	idle   int64
+	shared map[string]string
+}
+
+func (c *countHeaders) set(d *engine.Delivery) {
+	if len(d.Headers) > 0 {
+		d.Headers[engine.HeaderDeliveryCount] = strconv.Itoa(d.DeliveryCount)
+		d.Headers[engine.HeaderIdleMS] = strconv.FormatInt(d.IdleMS, 10)
+		return
+	}
+	if c.shared == nil || c.count != d.DeliveryCount || c.idle != d.IdleMS {
+		c.count, c.idle = d.DeliveryCount, d.IdleMS
+		c.shared = map[string]string{
+			engine.HeaderDeliveryCount: strconv.Itoa(d.DeliveryCount),
+			engine.HeaderIdleMS:        strconv.FormatInt(d.IdleMS, 10),
+		}
+	}
+	d.Headers = c.shared
 }
 
 // ackDeleted acknowledges pending ids whose entry data is gone (deleted or trimmed), so they are
