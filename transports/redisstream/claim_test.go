@@ -3,6 +3,7 @@ package redisstream
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -643,5 +644,56 @@ func TestCountHeadersOfPayloadOnlyEntries(t *testing.T) {
 				t.Fatalf("pending = %d after acks", n)
 			}
 		})
+	}
+}
+
+// Reclaim learns its delivery counts from the XPENDING page sent behind its XAUTOCLAIM,
+// matched in id order; an entry the page left out (crowded by others) is asked for again, and
+// one no longer pending for this consumer is dropped and untracked.
+func TestReclaimCountsFromPartialPage(t *testing.T) {
+	e := newEnv(t)
+	ids := deadBacklog(e, 5)
+	r, rec := passReader(e, KindReclaim)
+	s := r.s
+	// Consumer a takes all five (delivery count 2 each), then one twice more (count 4).
+	if err := e.rdb.XClaim(e.ctx, &redis.XClaimArgs{Stream: "s", Group: "g", Consumer: "a", Messages: ids}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		e.rdb.XClaim(e.ctx, &redis.XClaimArgs{Stream: "s", Group: "g", Consumer: "a", Messages: ids[2:3]})
+	}
+	page, err := e.rdb.XPendingExt(e.ctx, &redis.XPendingExtArgs{Stream: "s", Group: "g", Consumer: "a", Start: "-", End: "+", Count: 10}).Result()
+	if err != nil || len(page) != 5 {
+		t.Fatalf("xpending: %v %v", page, err)
+	}
+	e.rdb.XAck(e.ctx, "s", "g", ids[4]) // settled elsewhere since
+	// The page lacks ids[1] and ids[4] and lists one id that is not carried.
+	known := []redis.XPendingExt{page[0], {ID: "0-1", RetryCount: 9}, page[2], page[3]}
+	for _, id := range ids {
+		d := &engine.Delivery{Message: engine.Message{Key: "s", ID: id}, Token: id}
+		r.carry = append(r.carry, d)
+	}
+	s.track.addUntracked(r.carry)
+	rec.reset()
+	ds, err := r.countCarried(e.ctx, known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, d := range ds {
+		got[d.ID] = d.DeliveryCount
+		if d.Headers[engine.HeaderDeliveryCount] != strconv.Itoa(d.DeliveryCount) {
+			t.Errorf("%s: headers %v", d.ID, d.Headers)
+		}
+	}
+	want := map[string]int{ids[0]: 2, ids[1]: 2, ids[2]: 4, ids[3]: 2}
+	if !maps.Equal(got, want) {
+		t.Errorf("counts %v, want %v", got, want)
+	}
+	if n := slices.Index(rec.names(), "xpending"); n < 0 {
+		t.Errorf("the entry left out of the page was not asked for: %v", rec.names())
+	}
+	if len(r.carry) != 0 || s.track.len() != 4 {
+		t.Errorf("after counting: %d carried, %d tracked; want 0 and 4", len(r.carry), s.track.len())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -129,7 +130,7 @@ type reader struct {
 	rc    *redis.Client      // reads of new entries, when the source has a client of its own
 	conn  *redis.Conn        // rc's one connection, held from read to read; dropped on an error
 	got   []*engine.Delivery // what the last step read, handed over by Receive
-	carry []redis.XMessage   // reclaim: claimed, tracked, delivery counts not learned yet
+	carry []*engine.Delivery // reclaim: claimed, tracked, delivery counts not learned yet
 
 	// nextClaim: a claim pass that found nothing idle is not repeated before then, so a fresh
 	// backlog costs one round trip per read, as for the stream kind.
@@ -348,30 +349,50 @@ func (s *Source) readGeneric(ctx context.Context, c *redis.Conn, id string, coun
 	if err != nil {
 		return nil, fmt.Errorf("redisstream: xreadgroup %s: %w", s.o.Stream, err)
 	}
+	ds, gone, err := s.entryDeliveries(entries)
+	if err != nil {
+		return nil, fmt.Errorf("redisstream: xreadgroup %s: %w", s.o.Stream, err)
+	}
+	if err := s.ackDeleted(ctx, gone); err != nil {
+		// What was read is this consumer's now and is handed over; the ids whose data is gone
+		// stay pending, for the next pending re-read or claim to acknowledge.
+		s.log.Warn().Err(err).Msg("pending entries whose data is gone not acknowledged")
+	}
+	return ds, nil
+}
+
+// entryDeliveries converts the entries of a generic reply ([id, [field, value, …]] each) to
+// deliveries, each entry's field list straight into its message. An entry whose data is gone
+// (deleted or trimmed while pending: no field list) is left out and its id returned in gone.
+func (s *Source) entryDeliveries(entries []any) (ds []*engine.Delivery, gone []string, err error) {
 	if len(entries) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	all := make([]engine.Delivery, len(entries))
-	ds := make([]*engine.Delivery, len(entries))
+	ds = make([]*engine.Delivery, 0, len(entries))
 	extra := s.headerRoom()
 	var none sharedNone
 	for i, e := range entries {
 		pair, ok := e.([]any)
 		if !ok || len(pair) != 2 {
-			return nil, fmt.Errorf("redisstream: xreadgroup %s: unexpected entry %T", s.o.Stream, e)
+			return nil, nil, fmt.Errorf("unexpected entry %T", e)
 		}
 		eid, ok := pair[0].(string)
 		if !ok {
-			return nil, fmt.Errorf("redisstream: xreadgroup %s: unexpected entry id %T", s.o.Stream, pair[0])
+			return nil, nil, fmt.Errorf("unexpected entry id %T", pair[0])
 		}
-		fields, _ := pair[1].([]any) // nil for an entry whose data is gone (not for new entries)
+		fields, ok := pair[1].([]any)
+		if !ok {
+			gone = append(gone, eid)
+			continue
+		}
 		d := &all[i]
 		d.Key, d.ID, d.Token = s.o.Stream, eid, eid
 		codec.DecodeStreamList(&d.Message, fields, extra)
 		none.fill(&d.Message)
-		ds[i] = d
+		ds = append(ds, d)
 	}
-	return ds, nil
+	return ds, gone, nil
 }
 
 // streamEntries is the entry list of the one stream of a generic XREADGROUP reply: over RESP2
@@ -473,17 +494,17 @@ func (r *reader) idleArgs(start string, count int) *redis.XPendingExtArgs {
 func (r *reader) autoClaim(ctx context.Context, count int) ([]*engine.Delivery, error) {
 	s := r.s
 	if len(r.carry) > 0 {
-		return r.countCarried(ctx)
+		return r.countCarried(ctx, nil)
 	}
 	// The XPENDING that learns the counts goes in the same round trip, right behind the
 	// XAUTOCLAIM: this consumer's pending entries from the cursor on, which include what it
 	// just claimed unless its own in-flight entries crowd them out of the page (then
-	// countCarried asks again for the rest).
+	// countCarried asks again for the rest). XAUTOCLAIM is read as a generic reply, each
+	// entry's field list straight into its delivery (as readGeneric does), where go-redis's
+	// XAUTOCLAIM builds a map per entry.
 	pipe := s.c.Pipeline()
-	ac := pipe.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
-		Stream: s.o.Stream, Group: s.o.Group, Consumer: s.o.Consumer,
-		MinIdle: s.o.MinIdle, Start: r.autoclaim, Count: int64(count),
-	})
+	ac := pipe.Do(ctx, "xautoclaim", s.o.Stream, s.o.Group, s.o.Consumer,
+		s.o.MinIdle.Milliseconds(), r.autoclaim, "count", count)
 	// Only while the last pass claimed something (a takeover): a pass over a fresh backlog
 	// usually claims nothing, and this XPENDING would list every entry in flight here for
 	// nothing; the first pass that does claim learns its counts in a second round trip.
@@ -495,7 +516,11 @@ func (r *reader) autoClaim(ctx context.Context, count int) ([]*engine.Delivery, 
 		})
 	}
 	_, _ = pipe.Exec(ctx)
-	msgs, next, deleted, err := ac.Result()
+	next, entries, deleted, err := autoClaimReply(ac)
+	if err != nil {
+		return nil, fmt.Errorf("redisstream: xautoclaim %s: %w", s.o.Stream, err)
+	}
+	ds, gone, err := s.entryDeliveries(entries)
 	if err != nil {
 		return nil, fmt.Errorf("redisstream: xautoclaim %s: %w", s.o.Stream, err)
 	}
@@ -503,86 +528,97 @@ func (r *reader) autoClaim(ctx context.Context, count int) ([]*engine.Delivery, 
 	if next == "" {
 		r.autoclaim = "0-0"
 	}
-	var claimed []string
-	for _, m := range msgs {
-		switch {
-		case len(m.Values) == 0:
-			deleted = append(deleted, m.ID)
-		case !s.track.has(m.ID): // still in flight here: its keep-alive lagged, do not run it twice
-			r.carry = append(r.carry, m)
-			claimed = append(claimed, m.ID)
-		}
-	}
-	s.track.add(claimed)
-	r.claimedLast = len(claimed) > 0
-	var known map[string]int64
+	// An entry still in flight here is not run twice (its keep-alive lagged); the others are
+	// ours now, tracked and carried until their delivery counts are known.
+	r.carry = s.track.addUntracked(ds)
+	r.claimedLast = len(r.carry) > 0
+	var known []redis.XPendingExt
 	if pc != nil && len(r.carry) > 0 {
-		if pend, perr := pc.Result(); perr == nil {
-			known = make(map[string]int64, len(pend))
-			for _, p := range pend {
-				known[p.ID] = p.RetryCount
-			}
-		}
+		known, _ = pc.Result() // on an error countCarried asks again
 	}
-	ds, err := r.countCarriedKnown(ctx, known)
+	claimed, err := r.countCarried(ctx, known)
 	if err != nil {
 		return nil, err
 	}
-	return ds, s.ackDeleted(ctx, deleted)
+	return claimed, s.ackDeleted(ctx, append(deleted, gone...))
+}
+
+// autoClaimReply reads a generic XAUTOCLAIM reply: [next cursor, entries, deleted ids] (the
+// third from Redis 7 on).
+func autoClaimReply(cmd *redis.Cmd) (next string, entries []any, deleted []string, err error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	r, ok := v.([]any)
+	if !ok || len(r) < 2 {
+		return "", nil, nil, fmt.Errorf("unexpected reply %T", v)
+	}
+	next, _ = r[0].(string)
+	entries, _ = r[1].([]any)
+	if len(r) > 2 {
+		ids, _ := r[2].([]any)
+		for _, id := range ids {
+			if s, ok := id.(string); ok {
+				deleted = append(deleted, s)
+			}
+		}
+	}
+	return next, entries, deleted, nil
 }
 
 // countCarried learns the delivery counts of the carried entries and returns them as
-// deliveries; on an error they stay carried (and tracked) for the next step.
-func (r *reader) countCarried(ctx context.Context) ([]*engine.Delivery, error) {
-	return r.countCarriedKnown(ctx, nil)
-}
-
-// countCarriedKnown is countCarried with the counts already known from a page of XPENDING:
-// only entries missing from known are asked for.
-func (r *reader) countCarriedKnown(ctx context.Context, known map[string]int64) ([]*engine.Delivery, error) {
+// deliveries; on an error they stay carried (and tracked) for the next step. known is a page
+// of XPENDING from the same round trip as the XAUTOCLAIM (in id order, as the entries are):
+// only entries missing from it are asked for again.
+func (r *reader) countCarried(ctx context.Context, known []redis.XPendingExt) ([]*engine.Delivery, error) {
 	s := r.s
 	if len(r.carry) == 0 {
 		return nil, nil
 	}
-	counts := make(map[string]int64, len(r.carry))
-	var missing []redis.XMessage
-	for _, m := range r.carry {
-		if n, ok := known[m.ID]; ok {
-			counts[m.ID] = n
-		} else {
-			missing = append(missing, m)
+	counts := make([]int64, len(r.carry))
+	var missing []*engine.Delivery
+	from := 0
+	for i, d := range r.carry {
+		// Both lists are in id order: each entry is found after the last one found.
+		k := slices.IndexFunc(known[from:], func(p redis.XPendingExt) bool { return p.ID == d.ID })
+		if k < 0 {
+			counts[i] = -1
+			missing = append(missing, d)
+			continue
 		}
+		counts[i], from = known[from+k].RetryCount, from+k+1
 	}
 	if len(missing) > 0 {
 		more, err := s.pendingCounts(ctx, missing)
 		if err != nil {
 			return nil, err
 		}
-		for id, n := range more {
-			counts[id] = n
+		for i, d := range r.carry {
+			if n, ok := more[d.ID]; ok && counts[i] < 0 {
+				counts[i] = n
+			}
 		}
 	}
 	idle := s.o.MinIdle.Milliseconds() // a lower bound: XAUTOCLAIM reset the idle time
-	ds := s.deliveries(r.carry)
-	r.carry = nil
-	out := ds[:0]
+	out := make([]*engine.Delivery, 0, len(r.carry))
 	var gone []string
 	var headers countHeaders
-	for _, d := range ds {
-		n, ok := counts[d.ID]
-		if !ok {
+	for i, d := range r.carry {
+		if counts[i] < 0 {
 			// Not pending for us any more: settled elsewhere between the two commands, or the
 			// data is gone (a restarted Redis).
 			s.log.Debug().Str("id", d.ID).Msg("reclaimed entry no longer pending; skipped")
 			gone = append(gone, d.ID)
 			continue
 		}
-		d.DeliveryCount = int(n)
+		d.DeliveryCount = int(counts[i])
 		d.Attempt = d.DeliveryCount
 		d.IdleMS = idle
 		headers.set(d)
 		out = append(out, d)
 	}
+	r.carry = nil
 	s.track.remove(gone)
 	return out, nil
 }
@@ -591,8 +627,8 @@ func (r *reader) countCarriedKnown(ctx context.Context, known map[string]int64) 
 // back after min_idle.
 func (r *reader) dropCarry() {
 	ids := make([]string, len(r.carry))
-	for i, m := range r.carry {
-		ids[i] = m.ID
+	for i, d := range r.carry {
+		ids[i] = d.ID
 	}
 	r.s.track.remove(ids)
 	r.carry = nil
@@ -601,14 +637,14 @@ func (r *reader) dropCarry() {
 // pendingCounts learns the delivery counts of just-claimed entries with one XPENDING over
 // their id range for this consumer. Entries of ours in the same range that are not idle can
 // crowd the reply; then further pages follow (rare: a restarted consumer's old backlog).
-func (s *Source) pendingCounts(ctx context.Context, msgs []redis.XMessage) (map[string]int64, error) {
-	want := make(map[string]bool, len(msgs))
-	for _, m := range msgs {
-		want[m.ID] = true
+func (s *Source) pendingCounts(ctx context.Context, ds []*engine.Delivery) (map[string]int64, error) {
+	want := make(map[string]bool, len(ds))
+	for _, d := range ds {
+		want[d.ID] = true
 	}
-	counts := make(map[string]int64, len(msgs))
-	start, end := msgs[0].ID, msgs[len(msgs)-1].ID
-	pageSize := int64(len(msgs) + s.track.len() + 16)
+	counts := make(map[string]int64, len(ds))
+	start, end := ds[0].ID, ds[len(ds)-1].ID
+	pageSize := int64(len(ds) + s.track.len() + 16)
 	for {
 		pend, err := s.c.XPendingExt(ctx, &redis.XPendingExtArgs{
 			Stream: s.o.Stream, Group: s.o.Group, Start: start, End: end,

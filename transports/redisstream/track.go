@@ -3,6 +3,8 @@ package redisstream
 import (
 	"sync"
 	"time"
+
+	"github.com/flowrun/flowrun/engine"
 )
 
 // tracker is the set of entry ids this source has read and not yet settled: a stream source's
@@ -28,6 +30,22 @@ func (t *tracker) add(ids []string) {
 		t.m[id] = tracked{since: now}
 	}
 	t.mu.Unlock()
+}
+
+// addUntracked adds the deliveries not tracked yet and returns them (in ds's array), under one
+// lock for a whole claim pass.
+func (t *tracker) addUntracked(ds []*engine.Delivery) []*engine.Delivery {
+	now := time.Now()
+	out := ds[:0]
+	t.mu.Lock()
+	for _, d := range ds {
+		if _, ok := t.m[d.ID]; !ok {
+			t.m[d.ID] = tracked{since: now}
+			out = append(out, d)
+		}
+	}
+	t.mu.Unlock()
+	return out
 }
 
 func (t *tracker) has(id string) bool {
