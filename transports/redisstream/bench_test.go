@@ -201,8 +201,9 @@ func preload(b testing.TB, rdb *redis.Client, stream string) {
 }
 
 // BenchmarkReadParse reads the same 1,000 pending entries (XREADGROUP from 0) on a RESP2
-// connection and converts them into deliveries, with go-redis's XREADGROUP (a map per entry)
-// and as the source's reads of new entries do (readGeneric: the generic reply's field lists).
+// connection and converts them into deliveries, with go-redis's XREADGROUP (a map per entry),
+// with its generic reply (readGeneric: the field lists, as the first read on a connection)
+// and as the source's reads of new entries do (rawRead: the reply parsed as it comes).
 // Redis's own work is in both:
 //
 //	go test -run '^$' -bench ReadParse -benchmem ./transports/redisstream/
@@ -225,10 +226,16 @@ func BenchmarkReadParse(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rc := src.newReadClient()
+	var dialed dialedConn
+	rc := src.newReadClient(dialed.Store)
 	defer rc.Close()
 	conn := rc.Conn()
 	defer conn.Close()
+	if err := conn.Ping(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	o := rc.Options()
+	raw := newRawRead(dialed.load(), o.ReadTimeout, o.WriteTimeout)
 	b.Run("go-redis", func(b *testing.B) {
 		for range b.N {
 			msgs, err := src.xreadgroup(ctx, conn, "0", n, -1)
@@ -240,6 +247,14 @@ func BenchmarkReadParse(b *testing.B) {
 	b.Run("generic", func(b *testing.B) {
 		for range b.N {
 			ds, err := src.readGeneric(ctx, conn, "0", n, -1)
+			if err != nil || len(ds) != n {
+				b.Fatal(len(ds), err)
+			}
+		}
+	})
+	b.Run("raw", func(b *testing.B) {
+		for range b.N {
+			ds, _, err := raw.readGroup(ctx, src, "0", n, -1)
 			if err != nil || len(ds) != n {
 				b.Fatal(len(ds), err)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,7 +40,7 @@ func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 	}
 	r := &reader{s: s, feed: feed}
 	r.reset()
-	if rc := s.newReadClient(); rc != nil {
+	if rc := s.newReadClient(r.dialed.Store); rc != nil {
 		closeRC := sync.OnceFunc(func() { rc.Close() })
 		stopAfter := context.AfterFunc(ctx, closeRC)
 		defer func() {
@@ -93,12 +94,24 @@ func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 // reclaim take them back after min_idle). Nil where the client is not a plain or Sentinel
 // client (a Cluster): reads then use the shared client and a stop waits for the read, at most
 // one block.
-func (s *Source) newReadClient() *redis.Client {
+//
+// dialed, when set, is told of each connection the client dials, before go-redis sets it up:
+// with one connection in its pool, the last one dialed is the one reads use (rawRead).
+func (s *Source) newReadClient(dialed func(net.Conn)) *redis.Client {
 	c, ok := s.c.(*redis.Client)
 	if !ok {
 		return nil
 	}
 	o := *c.Options() // the Dialer comes along: a Sentinel client's finds the current master
+	if dial := o.Dialer; dialed != nil && dial != nil {
+		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := dial(ctx, network, addr)
+			if err == nil {
+				dialed(nc)
+			}
+			return nc, err
+		}
+	}
 	o.PoolSize, o.MinIdleConns, o.MaxActiveConns = 1, 0, 0
 	o.MaxRetries = -1
 	if o.ReadTimeout > 0 {
@@ -127,10 +140,14 @@ type reader struct {
 	claimedLast bool
 	dials       uint64 // stream: the dial count when last checked
 
-	rc    *redis.Client      // reads of new entries, when the source has a client of its own
-	conn  *redis.Conn        // rc's one connection, held from read to read; dropped on an error
-	got   []*engine.Delivery // what the last step read, handed over by Receive
-	carry []*engine.Delivery // reclaim: claimed, tracked, delivery counts not learned yet
+	rc   *redis.Client // reads of new entries, when the source has a client of its own
+	conn *redis.Conn   // rc's one connection, held from read to read; dropped on an error
+	// raw reads on conn's bare connection once a read through go-redis has set it up; dialed is
+	// the last connection rc dialed.
+	raw    *rawRead
+	dialed dialedConn
+	got    []*engine.Delivery // what the last step read, handed over by Receive
+	carry  []*engine.Delivery // reclaim: claimed, tracked, delivery counts not learned yet
 
 	// nextClaim: a claim pass that found nothing idle is not repeated before then, so a fresh
 	// backlog costs one round trip per read, as for the stream kind.
@@ -228,7 +245,7 @@ func (r *reader) step(ctx context.Context) error {
 		if len(claimed) > 0 {
 			block = -1 // work in hand: do not wait for more
 		}
-		fresh, err = s.readNew(ctx, r.readClient(), room, block)
+		fresh, err = r.readNew(ctx, room, block)
 	}
 	r.got = append(claimed, fresh...)
 	return err
@@ -256,6 +273,7 @@ func (r *reader) readClient() redis.Cmdable {
 // dropConn gives the held read connection back after an error (go-redis closes it if it
 // broke), so the next read takes a checked or new one from the pool.
 func (r *reader) dropConn() {
+	r.raw = nil // a connection it gave up on, it closed
 	if r.conn != nil {
 		r.conn.Close()
 		r.conn = nil
@@ -296,12 +314,14 @@ func (s *Source) blockFor() time.Duration {
 	return b
 }
 
-// readNew reads up to count new entries (XREADGROUP >) with c; block < 0 does not block.
-func (s *Source) readNew(ctx context.Context, c redis.Cmdable, count int, block time.Duration) ([]*engine.Delivery, error) {
+// readNew reads up to count new entries (XREADGROUP >); block < 0 does not block.
+func (r *reader) readNew(ctx context.Context, count int, block time.Duration) ([]*engine.Delivery, error) {
+	s := r.s
 	var ds []*engine.Delivery
+	c := r.readClient()
 	if conn, ok := c.(*redis.Conn); ok {
 		var err error
-		if ds, err = s.readGeneric(ctx, conn, ">", count, block); err != nil || len(ds) == 0 {
+		if ds, err = r.readOwn(ctx, conn, count, block); err != nil || len(ds) == 0 {
 			return nil, err
 		}
 	} else {
@@ -324,6 +344,44 @@ func (s *Source) readNew(ctx context.Context, c redis.Cmdable, count int, block 
 	}
 	s.trackDeliveries(ds)
 	return ds, nil
+}
+
+// readOwn reads new entries on the source's own connection: through go-redis (readGeneric)
+// until a read has dialled and set up the connection, then on the bare connection (rawRead).
+func (r *reader) readOwn(ctx context.Context, c *redis.Conn, count int, block time.Duration) ([]*engine.Delivery, error) {
+	s := r.s
+	if r.raw == nil {
+		ds, err := s.readGeneric(ctx, c, ">", count, block)
+		if nc := r.dialed.load(); err == nil && nc != nil {
+			o := r.rc.Options()
+			r.raw = newRawRead(nc, o.ReadTimeout, o.WriteTimeout)
+		}
+		return ds, err
+	}
+	ds, gone, err := r.raw.readGroup(ctx, s, ">", count, block)
+	if err != nil {
+		return nil, fmt.Errorf("redisstream: xreadgroup %s: %w", s.o.Stream, err)
+	}
+	s.ackGone(ctx, gone)
+	return ds, nil
+}
+
+// dialedConn holds the last connection a read client dialed.
+type dialedConn struct {
+	mu sync.Mutex
+	nc net.Conn
+}
+
+func (d *dialedConn) Store(nc net.Conn) {
+	d.mu.Lock()
+	d.nc = nc
+	d.mu.Unlock()
+}
+
+func (d *dialedConn) load() net.Conn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.nc
 }
 
 // readGeneric is XREADGROUP from id for readNew on the source's own read connection: the
@@ -353,12 +411,17 @@ func (s *Source) readGeneric(ctx context.Context, c *redis.Conn, id string, coun
 	if err != nil {
 		return nil, fmt.Errorf("redisstream: xreadgroup %s: %w", s.o.Stream, err)
 	}
+	s.ackGone(ctx, gone)
+	return ds, nil
+}
+
+// ackGone acknowledges the ids a read found without data. What the read found besides is
+// this consumer's now and is handed over whatever happens here; on an error the ids stay
+// pending, for the next pending re-read or claim to acknowledge.
+func (s *Source) ackGone(ctx context.Context, gone []string) {
 	if err := s.ackDeleted(ctx, gone); err != nil {
-		// What was read is this consumer's now and is handed over; the ids whose data is gone
-		// stay pending, for the next pending re-read or claim to acknowledge.
 		s.log.Warn().Err(err).Msg("pending entries whose data is gone not acknowledged")
 	}
-	return ds, nil
 }
 
 // entryDeliveries converts the entries of a generic reply ([id, [field, value, …]] each) to

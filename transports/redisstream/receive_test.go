@@ -286,7 +286,7 @@ func TestReadConnectionSpeaksRESP2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc := src.newReadClient()
+	rc := src.newReadClient(nil)
 	if rc == nil {
 		t.Fatal("no read client for a single-server source")
 	}
@@ -300,7 +300,7 @@ func TestReadConnectionSpeaksRESP2(t *testing.T) {
 	if info.Resp != 2 {
 		t.Errorf("the read connection speaks RESP%d, want RESP2", info.Resp)
 	}
-	ds, err := src.readNew(e.ctx, conn, 10, -1)
+	ds, err := src.readGeneric(e.ctx, conn, ">", 10, -1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,291 @@
+package redisstream
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/flowrun/flowrun/codec"
+	"github.com/flowrun/flowrun/engine"
+)
+
+// rawRead is the source's read connection once go-redis has dialled it and run its handshake
+// (TLS aside, AUTH or HELLO, SELECT, CLIENT SETNAME, a Sentinel's master lookup): XREADGROUP is
+// written on it directly and the RESP2 reply parsed straight into deliveries. go-redis's
+// generic reply built a []any for every entry and for its field list and boxed every string
+// (12 allocations an entry, 3 here: `go test -run '^$' -bench ReadParse
+// ./transports/redisstream/`), on the one path every batch waits for.
+//
+// Only for plain TCP and unix connections: go-redis checks those for health before it reuses
+// them, so a connection given up on here mid-reply (closed here) is found closed there and
+// dialled anew, never read from in the middle of a reply.
+type rawRead struct {
+	nc   net.Conn
+	br   *bufio.Reader
+	wbuf []byte
+	// go-redis's timeouts, as its options hold them once set up: > 0 a deadline that far
+	// ahead, 0 none, < 0 deadlines left alone. The read timeout allows for the block
+	// (newReadClient).
+	readTimeout, writeTimeout time.Duration
+	broken                    bool // a read or write failed: closed, not to be used again
+}
+
+// newRawRead returns nc's raw reader, or nil where go-redis could not tell the connection
+// closed (no syscall.Conn: TLS): reads then stay with go-redis.
+func newRawRead(nc net.Conn, readTimeout, writeTimeout time.Duration) *rawRead {
+	if _, ok := nc.(syscall.Conn); !ok {
+		return nil
+	}
+	return &rawRead{nc: nc, br: bufio.NewReaderSize(nc, 32<<10), readTimeout: readTimeout, writeTimeout: writeTimeout}
+}
+
+// errProtocol is a reply this reader cannot make sense of; the connection is given up.
+var errProtocol = errors.New("unexpected reply")
+
+// respError is an error reply, as go-redis reports one: the connection stays usable.
+type respError string
+
+func (e respError) Error() string { return string(e) }
+func (respError) RedisError()     {}
+
+// readGroup sends XREADGROUP for the source (as readGeneric does) and parses its reply.
+func (r *rawRead) readGroup(ctx context.Context, s *Source, id string, count int, block time.Duration) ([]*engine.Delivery, []string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	args := [12]string{"XREADGROUP", "GROUP", s.o.Group, s.o.Consumer, "COUNT", strconv.Itoa(count)}
+	n := 6
+	if block >= 0 {
+		args[n], args[n+1] = "BLOCK", strconv.FormatInt(block.Milliseconds(), 10)
+		n += 2
+	}
+	args[n], args[n+1], args[n+2] = "STREAMS", s.o.Stream, id
+	n += 3
+	ds, gone, err := r.do(args[:n], s)
+	if err != nil {
+		var re respError
+		if !errors.As(err, &re) {
+			r.close()
+		}
+	}
+	return ds, gone, err
+}
+
+func (r *rawRead) do(args []string, s *Source) ([]*engine.Delivery, []string, error) {
+	if r.broken {
+		return nil, nil, net.ErrClosed
+	}
+	w := r.wbuf[:0]
+	w = append(w, '*')
+	w = strconv.AppendInt(w, int64(len(args)), 10)
+	w = append(w, '\r', '\n')
+	for _, a := range args {
+		w = append(w, '$')
+		w = strconv.AppendInt(w, int64(len(a)), 10)
+		w = append(w, '\r', '\n')
+		w = append(w, a...)
+		w = append(w, '\r', '\n')
+	}
+	r.wbuf = w
+	if err := deadline(r.nc.SetWriteDeadline, r.writeTimeout); err != nil {
+		return nil, nil, err
+	}
+	if _, err := r.nc.Write(w); err != nil {
+		return nil, nil, err
+	}
+	if err := deadline(r.nc.SetReadDeadline, r.readTimeout); err != nil {
+		return nil, nil, err
+	}
+	return r.streamReply(s)
+}
+
+func deadline(set func(time.Time) error, timeout time.Duration) error {
+	switch {
+	case timeout > 0:
+		return set(time.Now().Add(timeout))
+	case timeout == 0:
+		return set(time.Time{})
+	}
+	return nil
+}
+
+// close gives the connection up: a reply may be half read, or still on its way.
+func (r *rawRead) close() {
+	if !r.broken {
+		r.broken = true
+		r.nc.Close()
+	}
+}
+
+// streamReply parses an XREADGROUP reply of one stream: a null array (nothing new), or
+// [[stream, [[id, [field, value, …]] …]]]; an entry whose data is gone has a null field list.
+func (r *rawRead) streamReply(s *Source) ([]*engine.Delivery, []string, error) {
+	n, err := r.arrayLen()
+	if err != nil || n <= 0 {
+		return nil, nil, err
+	}
+	if n != 1 {
+		return nil, nil, fmt.Errorf("%w: %d streams", errProtocol, n)
+	}
+	if n, err = r.arrayLen(); err != nil {
+		return nil, nil, err
+	}
+	if n != 2 {
+		return nil, nil, fmt.Errorf("%w: stream of %d elements", errProtocol, n)
+	}
+	if _, err := r.bulk(); err != nil { // the stream's name
+		return nil, nil, err
+	}
+	if n, err = r.arrayLen(); err != nil || n <= 0 {
+		return nil, nil, err
+	}
+	all := make([]engine.Delivery, n)
+	ds := make([]*engine.Delivery, 0, n)
+	var gone []string
+	extra := s.headerRoom()
+	var none sharedNone
+	for i := range all {
+		if m, err := r.arrayLen(); err != nil {
+			return nil, nil, err
+		} else if m != 2 {
+			return nil, nil, fmt.Errorf("%w: entry of %d elements", errProtocol, m)
+		}
+		b, err := r.bulk()
+		if err != nil {
+			return nil, nil, err
+		}
+		id := string(b) // before the next read reuses the buffer
+		nf, err := r.arrayLen()
+		if err != nil {
+			return nil, nil, err
+		}
+		if nf < 0 {
+			gone = append(gone, id)
+			continue
+		}
+		d := &all[i]
+		d.Key, d.ID, d.Token = s.o.Stream, id, id
+		for j := 0; j < nf/2; j++ {
+			k, err := r.bulk()
+			if err != nil {
+				return nil, nil, err
+			}
+			if string(k) == codec.StreamPayloadField {
+				if d.Payload, err = r.bulkCopy(); err != nil {
+					return nil, nil, err
+				}
+				continue
+			}
+			name := string(k)
+			v, err := r.bulk()
+			if err != nil {
+				return nil, nil, err
+			}
+			if d.Headers == nil {
+				d.Headers = make(map[string]string, nf/2+extra)
+			}
+			d.Headers[name] = string(v) // a repeated field keeps its last value, as in go-redis's map
+		}
+		if nf%2 != 0 {
+			return nil, nil, fmt.Errorf("%w: odd field list", errProtocol)
+		}
+		none.fill(&d.Message)
+		ds = append(ds, d)
+	}
+	return ds, gone, nil
+}
+
+// line reads one reply line without its CRLF; the slice is valid until the next read.
+func (r *rawRead) line() ([]byte, error) {
+	l, err := r.br.ReadSlice('\n')
+	if err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return nil, fmt.Errorf("%w: line over %d bytes", errProtocol, r.br.Size())
+		}
+		return nil, err
+	}
+	if len(l) < 3 || l[len(l)-2] != '\r' {
+		return nil, fmt.Errorf("%w: %q", errProtocol, l)
+	}
+	return l[:len(l)-2], nil
+}
+
+// header reads a line that must start with kind and returns its number; an error reply is
+// returned as a respError.
+func (r *rawRead) header(kind byte) (int, error) {
+	l, err := r.line()
+	if err != nil {
+		return 0, err
+	}
+	switch l[0] {
+	case kind:
+	case '-':
+		return 0, respError(string(l[1:]))
+	default:
+		return 0, fmt.Errorf("%w: %q where %q was due", errProtocol, l, kind)
+	}
+	if len(l) < 2 {
+		return 0, fmt.Errorf("%w: %q", errProtocol, l)
+	}
+	n, err := strconv.Atoi(unsafe.String(&l[1], len(l)-1))
+	if err != nil || n < -1 {
+		return 0, fmt.Errorf("%w: %q", errProtocol, l)
+	}
+	return n, nil
+}
+
+// arrayLen reads an array's length (-1: a null array).
+func (r *rawRead) arrayLen() (int, error) { return r.header('*') }
+
+// bulk reads a bulk string into a slice valid until the next read.
+func (r *rawRead) bulk() ([]byte, error) {
+	n, err := r.header('$')
+	if err != nil {
+		return nil, err
+	}
+	if n < 0 {
+		return nil, fmt.Errorf("%w: null string", errProtocol)
+	}
+	if n+2 <= r.br.Size() {
+		b, err := r.br.Peek(n + 2)
+		if err != nil {
+			return nil, err
+		}
+		if b[n] != '\r' || b[n+1] != '\n' {
+			return nil, fmt.Errorf("%w: string not ended by CRLF", errProtocol)
+		}
+		r.br.Discard(n + 2)
+		return b[:n], nil
+	}
+	return r.readFull(n)
+}
+
+// bulkCopy reads a bulk string into a slice of its own.
+func (r *rawRead) bulkCopy() ([]byte, error) {
+	n, err := r.header('$')
+	if err != nil {
+		return nil, err
+	}
+	if n < 0 {
+		return nil, fmt.Errorf("%w: null string", errProtocol)
+	}
+	return r.readFull(n)
+}
+
+func (r *rawRead) readFull(n int) ([]byte, error) {
+	b := make([]byte, n+2)
+	if _, err := io.ReadFull(r.br, b); err != nil {
+		return nil, err
+	}
+	if b[n] != '\r' || b[n+1] != '\n' {
+		return nil, fmt.Errorf("%w: string not ended by CRLF", errProtocol)
+	}
+	return b[:n:n], nil
+}

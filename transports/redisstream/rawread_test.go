@@ -1,0 +1,157 @@
+package redisstream
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"strings"
+	"testing"
+	"testing/iotest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The reads of new entries go through go-redis until it has dialled and set up the source's
+// connection, then on the bare connection; what they deliver is the same either way, an error
+// reply leaves the connection in use, and a broken connection is dialled anew.
+func TestRawReadsAfterSetup(t *testing.T) {
+	e := newEnv(t)
+	src := newTestSource(t, e, Options{Kind: KindStream, Stream: "s", Group: "g", Consumer: "c", Batch: 10})
+	if err := e.rdb.XGroupCreateMkStream(e.ctx, "s", "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := &reader{s: src}
+	r.rc = src.newReadClient(r.dialed.Store)
+	defer r.rc.Close()
+	defer r.dropConn()
+	type want struct {
+		id, payload string
+		headers     map[string]string
+	}
+	read := func(step string, ws ...want) {
+		t.Helper()
+		ds, err := r.readNew(e.ctx, 10, -1)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if len(ds) != len(ws) {
+			t.Fatalf("%s: read %d, want %d", step, len(ds), len(ws))
+		}
+		for i, d := range ds {
+			w := ws[i]
+			if w.headers == nil {
+				w.headers = map[string]string{}
+			}
+			if d.ID != w.id || d.Token != w.id || d.Key != "s" || string(d.Payload) != w.payload || !maps.Equal(d.Headers, w.headers) {
+				t.Fatalf("%s: read %s %q %v, want %s %q %v", step, d.ID, d.Payload, d.Headers, w.id, w.payload, w.headers)
+			}
+		}
+	}
+	id := e.xadd("s", "payload", `{"n":1}`, "k", "v")
+	read("through go-redis", want{id, `{"n":1}`, map[string]string{"k": "v"}})
+	if r.raw == nil {
+		t.Fatal("no bare connection after the first read")
+	}
+	first := r.raw.nc
+	a := e.xadd("s", "payload", "p")
+	b := e.xadd("s", "k", "1", "k", "2", "h", "") // no payload; a field given twice
+	big := strings.Repeat("x", 100<<10)           // over the read buffer
+	c := e.xadd("s", "payload", big, "payload", "last")
+	d := e.xadd("s", "payload", big)
+	read("bare", want{a, "p", nil}, want{b, "", map[string]string{"k": "2", "h": ""}}, want{c, "last", nil}, want{d, big, nil})
+
+	// Nothing new, blocking and not: a null reply.
+	if ds, gone, err := r.raw.readGroup(e.ctx, src, ">", 10, 20*time.Millisecond); err != nil || len(ds)+len(gone) != 0 {
+		t.Fatalf("blocking read of nothing: %d, %v, %v", len(ds), gone, err)
+	}
+	read("nothing")
+	// An entry whose data is gone comes back on a re-read of the pending ones without fields.
+	e.rdb.XDel(e.ctx, "s", a)
+	ds, gone, err := r.raw.readGroup(e.ctx, src, "0", 10, -1)
+	if err != nil || len(ds) != 4 || len(gone) != 1 || gone[0] != a {
+		t.Fatalf("pending re-read: %d read, gone %v, %v; want 4 and %s", len(ds), gone, err, a)
+	}
+	// An error reply leaves the connection as it was.
+	other := &Source{o: src.o}
+	other.o.Group = "nogroup"
+	if _, _, err := r.raw.readGroup(e.ctx, other, ">", 10, -1); err == nil || !isNoGroup(err) {
+		t.Fatalf("read of a missing group: %v, want NOGROUP", err)
+	} else if !errors.As(err, new(redis.Error)) {
+		t.Fatalf("error reply %v is not a redis.Error", err)
+	}
+	id = e.xadd("s", "payload", "after error")
+	read("after an error reply", want{id, "after error", nil})
+
+	// The server drops the connection: the read fails, then the next goes through a new one.
+	if err := e.rdb.Do(e.ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.readNew(e.ctx, 10, -1); err == nil {
+		t.Fatal("read on a killed connection succeeded")
+	}
+	r.dropConn() // as Receive does after an error
+	id = e.xadd("s", "payload", "again")
+	read("after the connection broke", want{id, "again", nil})
+	if r.raw == nil || r.raw.nc == first {
+		t.Fatal("no new bare connection after the old one broke")
+	}
+}
+
+// A reply that arrives in pieces (one byte at a time, or half of what is asked for) parses as
+// one that arrives whole: nothing is read from the buffer after a later read has refilled it.
+func TestRawReplyInPieces(t *testing.T) {
+	var b strings.Builder
+	const n = 1000
+	fmt.Fprintf(&b, "*1\r\n*2\r\n$1\r\ns\r\n*%d\r\n", n)
+	for i := range n {
+		id := fmt.Sprintf("1796163070146-%d", i)
+		p := fmt.Sprintf(`{"id":%d,"amount":37.5,"currency":"USD","customer":"c01"}`, i)
+		fmt.Fprintf(&b, "*2\r\n$%d\r\n%s\r\n*4\r\n$1\r\nk\r\n$%d\r\n%s\r\n$7\r\npayload\r\n$%d\r\n%s\r\n",
+			len(id), id, len(id), id, len(p), p)
+	}
+	src := &Source{o: Options{Kind: KindStream, Stream: "s"}}
+	for name, rd := range map[string]io.Reader{
+		"whole":    strings.NewReader(b.String()),
+		"one byte": iotest.OneByteReader(strings.NewReader(b.String())),
+		"halves":   iotest.HalfReader(strings.NewReader(b.String())),
+	} {
+		r := &rawRead{br: bufio.NewReaderSize(rd, 32<<10)}
+		ds, _, err := r.streamReply(src)
+		if err != nil || len(ds) != n {
+			t.Fatalf("%s: %d read, %v", name, len(ds), err)
+		}
+		for i, d := range ds {
+			id := fmt.Sprintf("1796163070146-%d", i)
+			if d.ID != id || d.Headers["k"] != id || !strings.HasPrefix(string(d.Payload), fmt.Sprintf(`{"id":%d,`, i)) {
+				t.Fatalf("%s: entry %d read as %q %v %q", name, i, d.ID, d.Headers, d.Payload)
+			}
+		}
+	}
+}
+
+// A malformed or cut-short reply is an error, never a panic.
+func FuzzRawStreamReply(f *testing.F) {
+	f.Add("*-1\r\n")
+	f.Add("*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*2\r\n$3\r\n1-1\r\n*2\r\n$7\r\npayload\r\n$1\r\nx\r\n")
+	f.Add("*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*2\r\n$3\r\n1-1\r\n*-1\r\n")
+	f.Add("*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*2\r\n$3\r\n1-1\r\n*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n")
+	f.Add("-NOGROUP No such key\r\n")
+	f.Add("*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*2\r\n$-1\r\n")
+	f.Add("*1\r\n*2\r\n$1\r\ns\r\n*2\r\n*2\r\n$3\r\n1-1\r\n*2\r\n$1\r\nk\r\n$5\r\nx\r\n")
+	src := &Source{o: Options{Kind: KindReclaim, Stream: "s"}}
+	f.Fuzz(func(t *testing.T, reply string) {
+		r := &rawRead{br: bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(reply)), 64)}
+		ds, _, err := r.streamReply(src)
+		if err != nil {
+			return
+		}
+		for _, d := range ds {
+			if d.Headers == nil || d.Token != d.ID {
+				t.Fatalf("delivery %q: headers %v, token %v", d.ID, d.Headers, d.Token)
+			}
+		}
+	})
+}
