@@ -12,13 +12,16 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
 )
 
 // rawRead is the source's read connection once go-redis has dialled it and run its handshake
-// (TLS aside, AUTH or HELLO, SELECT, CLIENT SETNAME, a Sentinel's master lookup): XREADGROUP is
-// written on it directly and the RESP2 reply parsed straight into deliveries. go-redis's
+// (TLS aside, AUTH or HELLO, SELECT, CLIENT SETNAME, a Sentinel's master lookup): XREADGROUP,
+// and reclaim's XAUTOCLAIM with its XPENDING, are written on it directly and the RESP2 replies
+// parsed straight into deliveries. go-redis's
 // generic reply built a []any for every entry and for its field list and boxed every string
 // (12 allocations an entry, 3 here: `go test -run '^$' -bench ReadParse
 // ./transports/redisstream/`), on the one path every batch waits for.
@@ -68,42 +71,85 @@ func (r *rawRead) readGroup(ctx context.Context, s *Source, id string, count int
 	}
 	args[n], args[n+1], args[n+2] = "STREAMS", s.o.Stream, id
 	n += 3
-	ds, gone, err := r.do(args[:n], s)
-	if err != nil {
-		var re respError
-		if !errors.As(err, &re) {
-			r.close()
-		}
+	if err := r.send(args[:n]); err != nil {
+		return nil, nil, err
 	}
+	ds, gone, err := r.streamReply(s)
+	r.keepIf(err)
 	return ds, gone, err
 }
 
-func (r *rawRead) do(args []string, s *Source) ([]*engine.Delivery, []string, error) {
+// autoClaim sends XAUTOCLAIM from cursor and, with pending > 0, the XPENDING of up to that many
+// of this consumer's entries from the cursor on that learns the claimed entries' delivery
+// counts, in one round trip, as reader.autoClaim does through go-redis. known is nil where
+// that XPENDING failed (its counts are then asked for again); an XAUTOCLAIM that failed fails
+// the pass.
+func (r *rawRead) autoClaim(ctx context.Context, s *Source, cursor string, count, pending int) (next string, ds []*engine.Delivery, gone []string, known []redis.XPendingExt, err error) {
+	if err := ctx.Err(); err != nil {
+		return "", nil, nil, nil, err
+	}
+	cmds := [2][]string{{"XAUTOCLAIM", s.o.Stream, s.o.Group, s.o.Consumer,
+		strconv.FormatInt(s.o.MinIdle.Milliseconds(), 10), cursor, "COUNT", strconv.Itoa(count)}}
+	n := 1
+	if pending > 0 {
+		cmds[1] = []string{"XPENDING", s.o.Stream, s.o.Group, cursor, "+", strconv.Itoa(pending), s.o.Consumer}
+		n++
+	}
+	if err := r.send(cmds[:n]...); err != nil {
+		return "", nil, nil, nil, err
+	}
+	next, ds, gone, err = r.autoClaimReply(s)
+	r.keepIf(err)
+	if r.broken || pending == 0 {
+		return next, ds, gone, nil, err
+	}
+	known, perr := r.pendingReply()
+	r.keepIf(perr)
+	if perr != nil {
+		known = nil
+	}
+	return next, ds, gone, known, err
+}
+
+// send writes the commands in one write (a pipeline) and sets the deadline for their replies.
+func (r *rawRead) send(cmds ...[]string) error {
 	if r.broken {
-		return nil, nil, net.ErrClosed
+		return net.ErrClosed
 	}
 	w := r.wbuf[:0]
-	w = append(w, '*')
-	w = strconv.AppendInt(w, int64(len(args)), 10)
-	w = append(w, '\r', '\n')
-	for _, a := range args {
-		w = append(w, '$')
-		w = strconv.AppendInt(w, int64(len(a)), 10)
+	for _, args := range cmds {
+		w = append(w, '*')
+		w = strconv.AppendInt(w, int64(len(args)), 10)
 		w = append(w, '\r', '\n')
-		w = append(w, a...)
-		w = append(w, '\r', '\n')
+		for _, a := range args {
+			w = append(w, '$')
+			w = strconv.AppendInt(w, int64(len(a)), 10)
+			w = append(w, '\r', '\n')
+			w = append(w, a...)
+			w = append(w, '\r', '\n')
+		}
 	}
 	r.wbuf = w
-	if err := deadline(r.nc.SetWriteDeadline, r.writeTimeout); err != nil {
-		return nil, nil, err
+	err := deadline(r.nc.SetWriteDeadline, r.writeTimeout)
+	if err == nil {
+		_, err = r.nc.Write(w)
 	}
-	if _, err := r.nc.Write(w); err != nil {
-		return nil, nil, err
+	if err == nil {
+		err = deadline(r.nc.SetReadDeadline, r.readTimeout)
 	}
-	if err := deadline(r.nc.SetReadDeadline, r.readTimeout); err != nil {
-		return nil, nil, err
+	if err != nil {
+		r.close()
 	}
-	return r.streamReply(s)
+	return err
+}
+
+// keepIf gives the connection up after a failed read, unless the failure was an error reply
+// (read whole: the connection is where it should be).
+func (r *rawRead) keepIf(err error) {
+	var re respError
+	if err != nil && !errors.As(err, &re) {
+		r.close()
+	}
 }
 
 func deadline(set func(time.Time) error, timeout time.Duration) error {
@@ -146,6 +192,87 @@ func (r *rawRead) streamReply(s *Source) ([]*engine.Delivery, []string, error) {
 	if n, err = r.arrayLen(); err != nil || n <= 0 {
 		return nil, nil, err
 	}
+	return r.entries(s, n)
+}
+
+// autoClaimReply parses an XAUTOCLAIM reply: [next cursor, entries, deleted ids] (the third
+// from Redis 7 on; before, an entry whose data is gone comes with a null field list).
+func (r *rawRead) autoClaimReply(s *Source) (next string, ds []*engine.Delivery, gone []string, err error) {
+	n, err := r.arrayLen()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if n != 2 && n != 3 {
+		return "", nil, nil, fmt.Errorf("%w: xautoclaim reply of %d elements", errProtocol, n)
+	}
+	b, err := r.bulk()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	next = string(b)
+	m, err := r.arrayLen()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if m > 0 {
+		if ds, gone, err = r.entries(s, m); err != nil {
+			return "", nil, nil, err
+		}
+	}
+	if n == 3 {
+		m, err := r.arrayLen()
+		if err != nil {
+			return "", nil, nil, err
+		}
+		for range max(m, 0) {
+			b, err := r.bulk()
+			if err != nil {
+				return "", nil, nil, err
+			}
+			gone = append(gone, string(b))
+		}
+	}
+	return next, ds, gone, nil
+}
+
+// pendingReply parses the reply of an extended XPENDING (id, consumer, idle ms, delivery count
+// per entry) into ids and counts.
+func (r *rawRead) pendingReply() ([]redis.XPendingExt, error) {
+	n, err := r.arrayLen()
+	if err != nil || n <= 0 {
+		return nil, err
+	}
+	out := make([]redis.XPendingExt, n)
+	for i := range out {
+		if m, err := r.arrayLen(); err != nil {
+			return nil, err
+		} else if m != 4 {
+			return nil, fmt.Errorf("%w: xpending entry of %d elements", errProtocol, m)
+		}
+		b, err := r.bulk()
+		if err != nil {
+			return nil, err
+		}
+		out[i].ID = string(b)
+		if _, err := r.bulk(); err != nil { // the consumer: this one
+			return nil, err
+		}
+		idle, err := r.header(':')
+		if err != nil {
+			return nil, err
+		}
+		count, err := r.header(':')
+		if err != nil {
+			return nil, err
+		}
+		out[i].Idle, out[i].RetryCount = time.Duration(idle)*time.Millisecond, int64(count)
+	}
+	return out, nil
+}
+
+// entries parses n stream entries ([id, [field, value, …]] each) into deliveries; an entry
+// whose data is gone (a null field list) is left out and its id returned in gone.
+func (r *rawRead) entries(s *Source, n int) ([]*engine.Delivery, []string, error) {
 	all := make([]engine.Delivery, n)
 	ds := make([]*engine.Delivery, 0, n)
 	var gone []string

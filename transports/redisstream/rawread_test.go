@@ -132,7 +132,8 @@ func TestRawReplyInPieces(t *testing.T) {
 	}
 }
 
-// A malformed or cut-short reply is an error, never a panic.
+// A malformed or cut-short reply is an error, never a panic (XREADGROUP's, XAUTOCLAIM's,
+// XPENDING's).
 func FuzzRawStreamReply(f *testing.F) {
 	f.Add("*-1\r\n")
 	f.Add("*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*2\r\n$3\r\n1-1\r\n*2\r\n$7\r\npayload\r\n$1\r\nx\r\n")
@@ -142,8 +143,15 @@ func FuzzRawStreamReply(f *testing.F) {
 	f.Add("*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*2\r\n$-1\r\n")
 	f.Add("*1\r\n*2\r\n$1\r\ns\r\n*2\r\n*2\r\n$3\r\n1-1\r\n*2\r\n$1\r\nk\r\n$5\r\nx\r\n")
 	src := &Source{o: Options{Kind: KindReclaim, Stream: "s"}}
+	f.Add("*3\r\n$3\r\n0-0\r\n*1\r\n*2\r\n$3\r\n1-1\r\n*-1\r\n*1\r\n$3\r\n2-1\r\n")
+	f.Add("*1\r\n*4\r\n$3\r\n1-1\r\n$1\r\na\r\n:1000\r\n:2\r\n")
 	f.Fuzz(func(t *testing.T, reply string) {
-		r := &rawRead{br: bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(reply)), 64)}
+		in := func() *rawRead {
+			return &rawRead{br: bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(reply)), 64)}
+		}
+		in().autoClaimReply(src)
+		in().pendingReply()
+		r := in()
 		ds, _, err := r.streamReply(src)
 		if err != nil {
 			return
@@ -154,4 +162,39 @@ func FuzzRawStreamReply(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Reclaim's XAUTOCLAIM and the XPENDING behind it, on the bare connection: the claimed entries,
+// the ids whose data is gone, and the delivery counts; an error reply leaves both in step.
+func TestRawAutoClaim(t *testing.T) {
+	e := newEnv(t)
+	ids := deadBacklog(e, 3)
+	e.rdb.XDel(e.ctx, "s", ids[1])
+	src := newTestSource(t, e, claimOpts(KindReclaim, "a"))
+	r := &reader{s: src}
+	r.rc = src.newReadClient(r.dialed.Store)
+	defer r.rc.Close()
+	defer r.dropConn()
+	raw := r.bare(e.ctx, r.readClient().(*redis.Conn))
+	if raw == nil {
+		t.Fatal("no bare connection")
+	}
+	other := &Source{o: src.o}
+	other.o.Group = "nogroup"
+	if _, _, _, _, err := raw.autoClaim(e.ctx, other, "0-0", 10, 20); err == nil || !isNoGroup(err) {
+		t.Fatalf("xautoclaim of a missing group: %v, want NOGROUP", err)
+	}
+	next, ds, gone, known, err := raw.autoClaim(e.ctx, src, "0-0", 10, 20)
+	if err != nil || next != "0-0" || len(ds) != 2 || ds[0].ID != ids[0] || ds[1].ID != ids[2] {
+		t.Fatalf("xautoclaim: next %q, %d claimed, %v", next, len(ds), err)
+	}
+	if len(gone) != 1 || gone[0] != ids[1] {
+		t.Fatalf("gone %v, want %s", gone, ids[1])
+	}
+	if len(known) != 2 || known[0].ID != ids[0] || known[0].RetryCount != 2 || known[1].ID != ids[2] || known[1].RetryCount != 2 {
+		t.Fatalf("counts %+v, want both entries at 2", known)
+	}
+	if raw.broken {
+		t.Fatal("connection given up after replies read whole")
+	}
 }

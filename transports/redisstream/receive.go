@@ -144,10 +144,11 @@ type reader struct {
 	conn *redis.Conn   // rc's one connection, held from read to read; dropped on an error
 	// raw reads on conn's bare connection once a read through go-redis has set it up; dialed is
 	// the last connection rc dialed.
-	raw    *rawRead
-	dialed dialedConn
-	got    []*engine.Delivery // what the last step read, handed over by Receive
-	carry  []*engine.Delivery // reclaim: claimed, tracked, delivery counts not learned yet
+	raw       *rawRead
+	bareTried bool // bare has set up conn (raw is nil if it cannot be read bare)
+	dialed    dialedConn
+	got       []*engine.Delivery // what the last step read, handed over by Receive
+	carry     []*engine.Delivery // reclaim: claimed, tracked, delivery counts not learned yet
 
 	// nextClaim: a claim pass that found nothing idle is not repeated before then, so a fresh
 	// backlog costs one round trip per read, as for the stream kind.
@@ -273,7 +274,7 @@ func (r *reader) readClient() redis.Cmdable {
 // dropConn gives the held read connection back after an error (go-redis closes it if it
 // broke), so the next read takes a checked or new one from the pool.
 func (r *reader) dropConn() {
-	r.raw = nil // a connection it gave up on, it closed
+	r.raw, r.bareTried = nil, false // a connection it gave up on, it closed
 	if r.conn != nil {
 		r.conn.Close()
 		r.conn = nil
@@ -346,24 +347,40 @@ func (r *reader) readNew(ctx context.Context, count int, block time.Duration) ([
 	return ds, nil
 }
 
-// readOwn reads new entries on the source's own connection: through go-redis (readGeneric)
-// until a read has dialled and set up the connection, then on the bare connection (rawRead).
+// readOwn reads new entries on the source's own connection: on the bare connection (rawRead)
+// where it can be read so, else through go-redis (readGeneric).
 func (r *reader) readOwn(ctx context.Context, c *redis.Conn, count int, block time.Duration) ([]*engine.Delivery, error) {
 	s := r.s
-	if r.raw == nil {
-		ds, err := s.readGeneric(ctx, c, ">", count, block)
-		if nc := r.dialed.load(); err == nil && nc != nil {
-			o := r.rc.Options()
-			r.raw = newRawRead(nc, o.ReadTimeout, o.WriteTimeout)
-		}
-		return ds, err
+	raw := r.bare(ctx, c)
+	if raw == nil {
+		return s.readGeneric(ctx, c, ">", count, block)
 	}
-	ds, gone, err := r.raw.readGroup(ctx, s, ">", count, block)
+	ds, gone, err := raw.readGroup(ctx, s, ">", count, block)
 	if err != nil {
 		return nil, fmt.Errorf("redisstream: xreadgroup %s: %w", s.o.Stream, err)
 	}
 	s.ackGone(ctx, gone)
 	return ds, nil
+}
+
+// bare returns the bare read connection (rawRead), setting it up first where the held
+// connection has not been: a PING through go-redis dials it and runs the handshake. Nil where
+// the source has no read client of its own (a Cluster), go-redis could not set it up (the
+// error comes back on the read that follows), or it cannot be read bare (TLS; not asked again
+// until the connection is dropped).
+func (r *reader) bare(ctx context.Context, c *redis.Conn) *rawRead {
+	if r.raw != nil || r.bareTried || c == nil {
+		return r.raw
+	}
+	if err := c.Ping(ctx).Err(); err != nil {
+		return nil
+	}
+	r.bareTried = true
+	if nc := r.dialed.load(); nc != nil {
+		o := r.rc.Options()
+		r.raw = newRawRead(nc, o.ReadTimeout, o.WriteTimeout)
+	}
+	return r.raw
 }
 
 // dialedConn holds the last connection a read client dialed.
@@ -559,31 +576,14 @@ func (r *reader) autoClaim(ctx context.Context, count int) ([]*engine.Delivery, 
 	if len(r.carry) > 0 {
 		return r.countCarried(ctx, nil)
 	}
-	// The XPENDING that learns the counts goes in the same round trip, right behind the
-	// XAUTOCLAIM: this consumer's pending entries from the cursor on, which include what it
-	// just claimed unless its own in-flight entries crowd them out of the page (then
-	// countCarried asks again for the rest). XAUTOCLAIM is read as a generic reply, each
-	// entry's field list straight into its delivery (as readGeneric does), where go-redis's
-	// XAUTOCLAIM builds a map per entry.
-	pipe := s.c.Pipeline()
-	ac := pipe.Do(ctx, "xautoclaim", s.o.Stream, s.o.Group, s.o.Consumer,
-		s.o.MinIdle.Milliseconds(), r.autoclaim, "count", count)
 	// Only while the last pass claimed something (a takeover): a pass over a fresh backlog
-	// usually claims nothing, and this XPENDING would list every entry in flight here for
+	// usually claims nothing, and its XPENDING would list every entry in flight here for
 	// nothing; the first pass that does claim learns its counts in a second round trip.
-	var pc *redis.XPendingExtCmd
+	pending := 0
 	if r.claimedLast {
-		pc = pipe.XPendingExt(ctx, &redis.XPendingExtArgs{
-			Stream: s.o.Stream, Group: s.o.Group, Start: r.autoclaim, End: "+",
-			Count: int64(count + s.track.len() + 16), Consumer: s.o.Consumer,
-		})
+		pending = count + s.track.len() + 16
 	}
-	_, _ = pipe.Exec(ctx)
-	next, entries, deleted, err := autoClaimReply(ac)
-	if err != nil {
-		return nil, fmt.Errorf("redisstream: xautoclaim %s: %w", s.o.Stream, err)
-	}
-	ds, gone, err := s.entryDeliveries(entries)
+	next, ds, deleted, known, err := r.autoClaimTrip(ctx, count, pending)
 	if err != nil {
 		return nil, fmt.Errorf("redisstream: xautoclaim %s: %w", s.o.Stream, err)
 	}
@@ -595,15 +595,50 @@ func (r *reader) autoClaim(ctx context.Context, count int) ([]*engine.Delivery, 
 	// ours now, tracked and carried until their delivery counts are known.
 	r.carry = s.track.addUntracked(ds)
 	r.claimedLast = len(r.carry) > 0
-	var known []redis.XPendingExt
-	if pc != nil && len(r.carry) > 0 {
-		known, _ = pc.Result() // on an error countCarried asks again
-	}
 	claimed, err := r.countCarried(ctx, known)
 	if err != nil {
 		return nil, err
 	}
-	return claimed, s.ackDeleted(ctx, append(deleted, gone...))
+	return claimed, s.ackDeleted(ctx, deleted)
+}
+
+// autoClaimTrip sends XAUTOCLAIM from the cursor and, with pending > 0, the XPENDING that
+// learns the counts right behind it, in one round trip: this consumer's pending entries from
+// the cursor on (up to pending), which include what it just claimed unless its own in-flight
+// entries crowd them out of the page (then countCarried asks again for the rest). On the
+// source's bare read connection where it has one (rawRead), else through go-redis, whose
+// XAUTOCLAIM is read as a generic reply, each entry's field list straight into its delivery
+// (go-redis's own builds a map per entry). deleted holds the ids whose data is gone.
+func (r *reader) autoClaimTrip(ctx context.Context, count, pending int) (next string, ds []*engine.Delivery, deleted []string, known []redis.XPendingExt, err error) {
+	s := r.s
+	if r.rc != nil {
+		if raw := r.bare(ctx, r.readClient().(*redis.Conn)); raw != nil {
+			return raw.autoClaim(ctx, s, r.autoclaim, count, pending)
+		}
+	}
+	pipe := s.c.Pipeline()
+	ac := pipe.Do(ctx, "xautoclaim", s.o.Stream, s.o.Group, s.o.Consumer,
+		s.o.MinIdle.Milliseconds(), r.autoclaim, "count", count)
+	var pc *redis.XPendingExtCmd
+	if pending > 0 {
+		pc = pipe.XPendingExt(ctx, &redis.XPendingExtArgs{
+			Stream: s.o.Stream, Group: s.o.Group, Start: r.autoclaim, End: "+",
+			Count: int64(pending), Consumer: s.o.Consumer,
+		})
+	}
+	_, _ = pipe.Exec(ctx)
+	next, entries, deleted, err := autoClaimReply(ac)
+	if err != nil {
+		return "", nil, nil, nil, err
+	}
+	ds, gone, err := s.entryDeliveries(entries)
+	if err != nil {
+		return "", nil, nil, nil, err
+	}
+	if pc != nil {
+		known, _ = pc.Result() // on an error countCarried asks again
+	}
+	return next, ds, append(deleted, gone...), known, nil
 }
 
 // autoClaimReply reads a generic XAUTOCLAIM reply: [next cursor, entries, deleted ids] (the
