@@ -21,10 +21,9 @@ import (
 // rawRead is the source's read connection once go-redis has dialled it and run its handshake
 // (TLS aside, AUTH or HELLO, SELECT, CLIENT SETNAME, a Sentinel's master lookup): XREADGROUP,
 // and reclaim's XAUTOCLAIM with its XPENDING, are written on it directly and the RESP2 replies
-// parsed straight into deliveries. go-redis's
-// generic reply built a []any for every entry and for its field list and boxed every string
-// (12 allocations an entry, 3 here: `go test -run '^$' -bench ReadParse
-// ./transports/redisstream/`), on the one path every batch waits for.
+// parsed straight into deliveries. go-redis's generic reply built a []any for every entry and
+// for its field list and boxed every string (12 allocations an entry, 3 here: `go test -run
+// '^$' -bench ReadParse ./transports/redisstream/`), on the one path every batch waits for.
 //
 // Only for plain TCP and unix connections: go-redis checks those for health before it reuses
 // them, so a connection given up on here mid-reply (closed here) is found closed there and

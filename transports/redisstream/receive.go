@@ -142,8 +142,8 @@ type reader struct {
 
 	rc   *redis.Client // reads of new entries, when the source has a client of its own
 	conn *redis.Conn   // rc's one connection, held from read to read; dropped on an error
-	// raw reads on conn's bare connection once a read through go-redis has set it up; dialed is
-	// the last connection rc dialed.
+	// raw reads and claims on conn's bare connection once go-redis has set it up (bare);
+	// dialed is the last connection rc dialed.
 	raw       *rawRead
 	bareTried bool // bare has set up conn (raw is nil if it cannot be read bare)
 	dialed    dialedConn
