@@ -2,6 +2,7 @@ package redisstream
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -37,6 +38,9 @@ type rawRead struct {
 	// (newReadClient).
 	readTimeout, writeTimeout time.Duration
 	broken                    bool // a read or write failed: closed, not to be used again
+	// most is the most entries the reply being read may hold (the COUNT asked for): a reply
+	// that claims more is not believed, and nothing is allocated for it.
+	most int
 }
 
 // newRawRead returns nc's raw reader, or nil where go-redis could not tell the connection
@@ -73,6 +77,7 @@ func (r *rawRead) readGroup(ctx context.Context, s *Source, id string, count int
 	if err := r.send(args[:n]); err != nil {
 		return nil, nil, err
 	}
+	r.most = count
 	ds, gone, err := r.streamReply(s)
 	r.keepIf(err)
 	return ds, gone, err
@@ -97,11 +102,13 @@ func (r *rawRead) autoClaim(ctx context.Context, s *Source, cursor string, count
 	if err := r.send(cmds[:n]...); err != nil {
 		return "", nil, nil, nil, err
 	}
+	r.most = count
 	next, ds, gone, err = r.autoClaimReply(s)
 	r.keepIf(err)
 	if r.broken || pending == 0 {
 		return next, ds, gone, nil, err
 	}
+	r.most = pending
 	known, perr := r.pendingReply()
 	r.keepIf(perr)
 	if perr != nil {
@@ -241,6 +248,9 @@ func (r *rawRead) pendingReply() ([]redis.XPendingExt, error) {
 	if err != nil || n <= 0 {
 		return nil, err
 	}
+	if n > r.most {
+		return nil, fmt.Errorf("%w: %d pending entries where at most %d were asked for", errProtocol, n, r.most)
+	}
 	out := make([]redis.XPendingExt, n)
 	for i := range out {
 		if m, err := r.arrayLen(); err != nil {
@@ -272,6 +282,9 @@ func (r *rawRead) pendingReply() ([]redis.XPendingExt, error) {
 // entries parses n stream entries ([id, [field, value, …]] each) into deliveries; an entry
 // whose data is gone (a null field list) is left out and its id returned in gone.
 func (r *rawRead) entries(s *Source, n int) ([]*engine.Delivery, []string, error) {
+	if n > r.most {
+		return nil, nil, fmt.Errorf("%w: %d entries where at most %d were asked for", errProtocol, n, r.most)
+	}
 	all := make([]engine.Delivery, n)
 	ds := make([]*engine.Delivery, 0, n)
 	var gone []string
@@ -315,7 +328,7 @@ func (r *rawRead) entries(s *Source, n int) ([]*engine.Delivery, []string, error
 				return nil, nil, err
 			}
 			if d.Headers == nil {
-				d.Headers = make(map[string]string, nf/2+extra)
+				d.Headers = make(map[string]string, min(nf/2, 64)+extra)
 			}
 			d.Headers[name] = string(v) // a repeated field keeps its last value, as in go-redis's map
 		}
@@ -372,46 +385,63 @@ func (r *rawRead) arrayLen() (int, error) { return r.header('*') }
 
 // bulk reads a bulk string into a slice valid until the next read.
 func (r *rawRead) bulk() ([]byte, error) {
-	n, err := r.header('$')
+	n, err := r.bulkLen()
+	if err != nil || n+2 > r.br.Size() {
+		return r.readFull(n, err)
+	}
+	b, err := r.br.Peek(n + 2)
+	if err == nil {
+		err = ended(b, n)
+	}
 	if err != nil {
 		return nil, err
 	}
-	if n < 0 {
-		return nil, fmt.Errorf("%w: null string", errProtocol)
-	}
-	if n+2 <= r.br.Size() {
-		b, err := r.br.Peek(n + 2)
-		if err != nil {
-			return nil, err
-		}
-		if b[n] != '\r' || b[n+1] != '\n' {
-			return nil, fmt.Errorf("%w: string not ended by CRLF", errProtocol)
-		}
-		r.br.Discard(n + 2)
-		return b[:n], nil
-	}
-	return r.readFull(n)
+	r.br.Discard(n + 2)
+	return b[:n], nil
 }
 
 // bulkCopy reads a bulk string into a slice of its own.
-func (r *rawRead) bulkCopy() ([]byte, error) {
+func (r *rawRead) bulkCopy() ([]byte, error) { return r.readFull(r.bulkLen()) }
+
+// bulkLen reads a bulk string's length, which must not be null.
+func (r *rawRead) bulkLen() (int, error) {
 	n, err := r.header('$')
+	if err == nil && n < 0 {
+		err = fmt.Errorf("%w: null string", errProtocol)
+	}
+	return n, err
+}
+
+// ended checks that b, a bulk string of n bytes and what follows it, has its CRLF.
+func ended(b []byte, n int) error {
+	if b[n] != '\r' || b[n+1] != '\n' {
+		return fmt.Errorf("%w: string not ended by CRLF", errProtocol)
+	}
+	return nil
+}
+
+func (r *rawRead) readFull(n int, err error) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n < 0 {
-		return nil, fmt.Errorf("%w: null string", errProtocol)
+	if n > 1<<20 {
+		// Grown as the bytes come, so that a length no string has does not allocate it.
+		var buf bytes.Buffer
+		if _, err := io.CopyN(&buf, r.br, int64(n)+2); err != nil {
+			return nil, err
+		}
+		b := buf.Bytes()
+		if err := ended(b, n); err != nil {
+			return nil, err
+		}
+		return b[:n:n], nil
 	}
-	return r.readFull(n)
-}
-
-func (r *rawRead) readFull(n int) ([]byte, error) {
 	b := make([]byte, n+2)
 	if _, err := io.ReadFull(r.br, b); err != nil {
 		return nil, err
 	}
-	if b[n] != '\r' || b[n+1] != '\n' {
-		return nil, fmt.Errorf("%w: string not ended by CRLF", errProtocol)
+	if err := ended(b, n); err != nil {
+		return nil, err
 	}
 	return b[:n:n], nil
 }

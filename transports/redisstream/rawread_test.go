@@ -118,7 +118,7 @@ func TestRawReplyInPieces(t *testing.T) {
 		"one byte": iotest.OneByteReader(strings.NewReader(b.String())),
 		"halves":   iotest.HalfReader(strings.NewReader(b.String())),
 	} {
-		r := &rawRead{br: bufio.NewReaderSize(rd, 32<<10)}
+		r := &rawRead{br: bufio.NewReaderSize(rd, 32<<10), most: n}
 		ds, _, err := r.streamReply(src)
 		if err != nil || len(ds) != n {
 			t.Fatalf("%s: %d read, %v", name, len(ds), err)
@@ -133,7 +133,7 @@ func TestRawReplyInPieces(t *testing.T) {
 }
 
 // A malformed or cut-short reply is an error, never a panic (XREADGROUP's, XAUTOCLAIM's,
-// XPENDING's).
+// XPENDING's), nor an allocation of what a length that no reply has claims.
 func FuzzRawStreamReply(f *testing.F) {
 	f.Add("*-1\r\n")
 	f.Add("*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*2\r\n$3\r\n1-1\r\n*2\r\n$7\r\npayload\r\n$1\r\nx\r\n")
@@ -145,9 +145,11 @@ func FuzzRawStreamReply(f *testing.F) {
 	src := &Source{o: Options{Kind: KindReclaim, Stream: "s"}}
 	f.Add("*3\r\n$3\r\n0-0\r\n*1\r\n*2\r\n$3\r\n1-1\r\n*-1\r\n*1\r\n$3\r\n2-1\r\n")
 	f.Add("*1\r\n*4\r\n$3\r\n1-1\r\n$1\r\na\r\n:1000\r\n:2\r\n")
+	f.Add("*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*2\r\n$3\r\n1-1\r\n*2\r\n$7\r\npayload\r\n$999999999\r\nx")
+	f.Add("*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*2\r\n$3\r\n1-1\r\n*999999998\r\n$1\r\nk\r\n")
 	f.Fuzz(func(t *testing.T, reply string) {
 		in := func() *rawRead {
-			return &rawRead{br: bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(reply)), 64)}
+			return &rawRead{br: bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(reply)), 64), most: 1000}
 		}
 		in().autoClaimReply(src)
 		in().pendingReply()
