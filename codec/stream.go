@@ -46,36 +46,6 @@ func DecodeStream(m *engine.Message, values map[string]any) {
 	}
 }
 
-// DecodeStreamList is DecodeStreamRoom for an entry's fields as the flat list a generic reply
-// carries (field, value, field, value, …), so no map is built per entry on the way. A field
-// given twice keeps its last value, as in go-redis's map.
-func DecodeStreamList(m *engine.Message, fields []any, extra int) {
-	m.Headers, m.Payload = nil, nil
-	for i := 0; i+1 < len(fields); i += 2 {
-		putField(m, fieldString(fields[i]), fields[i+1], len(fields)/2+extra)
-	}
-}
-
-// putField puts one entry field into m: the payload field as the payload, any other into its
-// headers, made with room for size on the first.
-func putField(m *engine.Message, k string, v any, size int) {
-	if k == StreamPayloadField {
-		m.Payload = []byte(fieldString(v))
-		return
-	}
-	if m.Headers == nil {
-		m.Headers = make(map[string]string, size)
-	}
-	m.Headers[k] = fieldString(v)
-}
-
-func fieldString(v any) string {
-	if s, ok := v.(string); ok {
-		return s
-	}
-	return fmt.Sprint(v)
-}
-
 // DecodeStreamRoom is DecodeStream with room for extra more headers, for a source that adds
 // its own (claiming's delivery count and idle time): the map is sized once, not grown. Unlike
 // DecodeStream it leaves the headers nil for an entry with no field but the payload (the most
@@ -83,6 +53,17 @@ func fieldString(v any) string {
 func DecodeStreamRoom(m *engine.Message, values map[string]any, extra int) {
 	m.Headers, m.Payload = nil, nil
 	for k, v := range values {
-		putField(m, k, v, len(values)+extra)
+		s, ok := v.(string)
+		if !ok {
+			s = fmt.Sprint(v)
+		}
+		if k == StreamPayloadField {
+			m.Payload = []byte(s)
+			continue
+		}
+		if m.Headers == nil {
+			m.Headers = make(map[string]string, len(values)+extra)
+		}
+		m.Headers[k] = s
 	}
 }

@@ -123,31 +123,3 @@ func FuzzStreamEntry(f *testing.F) {
 		}
 	})
 }
-
-// An entry's field list decodes as its map does (the map go-redis builds keeps a repeated
-// field's last value), with headers only where the entry has a field besides the payload.
-func FuzzDecodeStreamList(f *testing.F) {
-	f.Add("payload\x00x\x00tenant\x00a")
-	f.Add("id\x007\x00amount\x0012")
-	f.Add("a\x001\x00a\x002\x00payload\x00p\x00payload\x00q")
-	f.Add("")
-	f.Fuzz(func(t *testing.T, fields string) {
-		pairs := fuzzPairs(fields)
-		list := make([]any, len(pairs))
-		for i, p := range pairs {
-			list[i] = p
-		}
-		var want, got engine.Message
-		DecodeStreamRoom(&want, entryValues(pairs), 2)
-		DecodeStreamList(&got, list, 2)
-		hasHeader := false
-		for i := 0; i+1 < len(pairs); i += 2 {
-			hasHeader = hasHeader || pairs[i] != StreamPayloadField
-		}
-		if (got.Headers != nil) != hasHeader || (want.Headers != nil) != hasHeader ||
-			!maps.Equal(got.Headers, want.Headers) || !bytes.Equal(got.Payload, want.Payload) {
-			t.Fatalf("list %q decoded as headers %q payload %q; the map as %q and %q",
-				pairs, got.Headers, got.Payload, want.Headers, want.Payload)
-		}
-	})
-}

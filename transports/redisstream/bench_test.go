@@ -201,10 +201,9 @@ func preload(b testing.TB, rdb *redis.Client, stream string) {
 }
 
 // BenchmarkReadParse reads the same 1,000 pending entries (XREADGROUP from 0) on a RESP2
-// connection and converts them into deliveries, with go-redis's XREADGROUP (a map per entry),
-// with its generic reply (readGeneric: the field lists, as the first read on a connection)
-// and as the source's reads of new entries do (rawRead: the reply parsed as it comes).
-// Redis's own work is in both:
+// connection and converts them into deliveries, with go-redis's XREADGROUP (a map per entry:
+// the reads of a TLS or Cluster source) and as the other sources' reads of new entries do
+// (rawRead: the reply parsed as it comes). Redis's own work is in both:
 //
 //	go test -run '^$' -bench ReadParse -benchmem ./transports/redisstream/
 func BenchmarkReadParse(b *testing.B) {
@@ -241,14 +240,6 @@ func BenchmarkReadParse(b *testing.B) {
 			msgs, err := src.xreadgroup(ctx, conn, "0", n, -1)
 			if err != nil || len(src.deliveries(msgs)) != n {
 				b.Fatal(len(msgs), err)
-			}
-		}
-	})
-	b.Run("generic", func(b *testing.B) {
-		for range b.N {
-			ds, err := src.readGeneric(ctx, conn, "0", n, -1)
-			if err != nil || len(ds) != n {
-				b.Fatal(len(ds), err)
 			}
 		}
 	})

@@ -34,8 +34,7 @@ type rawRead struct {
 	br   *bufio.Reader
 	wbuf []byte
 	// go-redis's timeouts, as its options hold them once set up: > 0 a deadline that far
-	// ahead, 0 none, < 0 deadlines left alone. The read timeout allows for the block
-	// (newReadClient).
+	// ahead, 0 none, < 0 deadlines left alone.
 	readTimeout, writeTimeout time.Duration
 	broken                    bool // a read or write failed: closed, not to be used again
 	// most is the most entries the reply being read may hold (the COUNT asked for): a reply
@@ -61,7 +60,7 @@ type respError string
 func (e respError) Error() string { return string(e) }
 func (respError) RedisError()     {}
 
-// readGroup sends XREADGROUP for the source (as readGeneric does) and parses its reply.
+// readGroup sends XREADGROUP for the source and parses its reply; block < 0 does not block.
 func (r *rawRead) readGroup(ctx context.Context, s *Source, id string, count int, block time.Duration) ([]*engine.Delivery, []string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
@@ -74,7 +73,7 @@ func (r *rawRead) readGroup(ctx context.Context, s *Source, id string, count int
 	}
 	args[n], args[n+1], args[n+2] = "STREAMS", s.o.Stream, id
 	n += 3
-	if err := r.send(args[:n]); err != nil {
+	if err := r.send(max(block, 0), args[:n]); err != nil {
 		return nil, nil, err
 	}
 	r.most = count
@@ -99,7 +98,7 @@ func (r *rawRead) autoClaim(ctx context.Context, s *Source, cursor string, count
 		cmds[1] = []string{"XPENDING", s.o.Stream, s.o.Group, cursor, "+", strconv.Itoa(pending), s.o.Consumer}
 		n++
 	}
-	if err := r.send(cmds[:n]...); err != nil {
+	if err := r.send(0, cmds[:n]...); err != nil {
 		return "", nil, nil, nil, err
 	}
 	r.most = count
@@ -117,8 +116,10 @@ func (r *rawRead) autoClaim(ctx context.Context, s *Source, cursor string, count
 	return next, ds, gone, known, err
 }
 
-// send writes the commands in one write (a pipeline) and sets the deadline for their replies.
-func (r *rawRead) send(cmds ...[]string) error {
+// send writes the commands in one write (a pipeline) and sets the deadline for their replies:
+// the read timeout, plus block for a read that may wait that long for entries (as go-redis
+// allows for its own XREADGROUP).
+func (r *rawRead) send(block time.Duration, cmds ...[]string) error {
 	if r.broken {
 		return net.ErrClosed
 	}
@@ -141,7 +142,11 @@ func (r *rawRead) send(cmds ...[]string) error {
 		_, err = r.nc.Write(w)
 	}
 	if err == nil {
-		err = deadline(r.nc.SetReadDeadline, r.readTimeout)
+		rt := r.readTimeout
+		if rt > 0 {
+			rt += block
+		}
+		err = deadline(r.nc.SetReadDeadline, rt)
 	}
 	if err != nil {
 		r.close()

@@ -114,11 +114,6 @@ func (s *Source) newReadClient(dialed func(net.Conn)) *redis.Client {
 	}
 	o.PoolSize, o.MinIdleConns, o.MaxActiveConns = 1, 0, 0
 	o.MaxRetries = -1
-	if o.ReadTimeout > 0 {
-		// Its reads block for up to the block as well (readGeneric); go-redis's own
-		// XREADGROUP adds the block to the read timeout per command.
-		o.ReadTimeout += s.o.Block
-	}
 	// RESP2: over RESP3, go-redis peeks at a connection held for more than 5 s for push
 	// notifications before and after each command, two system calls per read, and this
 	// connection carries only this source's reads (nothing pushes to it).
@@ -320,17 +315,23 @@ func (r *reader) readNew(ctx context.Context, count int, block time.Duration) ([
 	s := r.s
 	var ds []*engine.Delivery
 	c := r.readClient()
-	if conn, ok := c.(*redis.Conn); ok {
+	if raw := r.bare(ctx, c); raw != nil {
+		var gone []string
 		var err error
-		if ds, err = r.readOwn(ctx, conn, count, block); err != nil || len(ds) == 0 {
-			return nil, err
+		if ds, gone, err = raw.readGroup(ctx, s, ">", count, block); err != nil {
+			return nil, fmt.Errorf("redisstream: xreadgroup %s: %w", s.o.Stream, err)
 		}
+		s.ackGone(ctx, gone)
 	} else {
+		// A Cluster (no read client of its own) or TLS: go-redis reads and parses.
 		msgs, err := s.xreadgroup(ctx, c, ">", count, block)
-		if err != nil || len(msgs) == 0 {
+		if err != nil {
 			return nil, err
 		}
 		ds = s.deliveries(msgs)
+	}
+	if len(ds) == 0 {
+		return nil, nil
 	}
 	var counts countHeaders
 	for _, d := range ds {
@@ -347,32 +348,18 @@ func (r *reader) readNew(ctx context.Context, count int, block time.Duration) ([
 	return ds, nil
 }
 
-// readOwn reads new entries on the source's own connection: on the bare connection (rawRead)
-// where it can be read so, else through go-redis (readGeneric).
-func (r *reader) readOwn(ctx context.Context, c *redis.Conn, count int, block time.Duration) ([]*engine.Delivery, error) {
-	s := r.s
-	raw := r.bare(ctx, c)
-	if raw == nil {
-		return s.readGeneric(ctx, c, ">", count, block)
-	}
-	ds, gone, err := raw.readGroup(ctx, s, ">", count, block)
-	if err != nil {
-		return nil, fmt.Errorf("redisstream: xreadgroup %s: %w", s.o.Stream, err)
-	}
-	s.ackGone(ctx, gone)
-	return ds, nil
-}
-
-// bare returns the bare read connection (rawRead), setting it up first where the held
-// connection has not been: a PING through go-redis dials it and runs the handshake. Nil where
-// the source has no read client of its own (a Cluster), go-redis could not set it up (the
-// error comes back on the read that follows), or it cannot be read bare (TLS; not asked again
+// bare returns the bare read connection (rawRead) of c, the client reads use, setting it up
+// first where the held connection has not been: a PING through go-redis dials it and runs the
+// handshake (a PING the server refuses, by an ACL, still has). Nil where the source has no
+// read client of its own (a Cluster), go-redis could not reach the server (the error comes
+// back on the read that follows), or the connection cannot be read bare (TLS; not asked again
 // until the connection is dropped).
-func (r *reader) bare(ctx context.Context, c *redis.Conn) *rawRead {
-	if r.raw != nil || r.bareTried || c == nil {
+func (r *reader) bare(ctx context.Context, c redis.Cmdable) *rawRead {
+	conn, ok := c.(*redis.Conn)
+	if r.raw != nil || r.bareTried || !ok {
 		return r.raw
 	}
-	if err := c.Ping(ctx).Err(); err != nil {
+	if err := conn.Ping(ctx).Err(); err != nil && !errors.As(err, new(redis.Error)) {
 		return nil
 	}
 	r.bareTried = true
@@ -401,37 +388,6 @@ func (d *dialedConn) load() net.Conn {
 	return d.nc
 }
 
-// readGeneric is XREADGROUP from id for readNew on the source's own read connection: the
-// reply is read as a generic one and each entry's field list goes straight into its delivery,
-// where go-redis's XREADGROUP builds a map per entry that the conversion then copied into
-// another (`go test -run '^$' -bench ReadParse ./transports/redisstream/`). The connection's
-// read timeout allows for the block (newReadClient), as go-redis's own XREADGROUP arranges per
-// command.
-func (s *Source) readGeneric(ctx context.Context, c *redis.Conn, id string, count int, block time.Duration) ([]*engine.Delivery, error) {
-	args := []any{"xreadgroup", "group", s.o.Group, s.o.Consumer, "count", count}
-	if block >= 0 {
-		args = append(args, "block", block.Milliseconds())
-	}
-	args = append(args, "streams", s.o.Stream, id)
-	v, err := c.Do(ctx, args...).Result()
-	if isNil(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("redisstream: xreadgroup %s: %w", s.o.Stream, err)
-	}
-	entries, err := streamEntries(v)
-	if err != nil {
-		return nil, fmt.Errorf("redisstream: xreadgroup %s: %w", s.o.Stream, err)
-	}
-	ds, gone, err := s.entryDeliveries(entries)
-	if err != nil {
-		return nil, fmt.Errorf("redisstream: xreadgroup %s: %w", s.o.Stream, err)
-	}
-	s.ackGone(ctx, gone)
-	return ds, nil
-}
-
 // ackGone acknowledges the ids a read found without data. What the read found besides is
 // this consumer's now and is handed over whatever happens here; on an error the ids stay
 // pending, for the next pending re-read or claim to acknowledge.
@@ -439,64 +395,6 @@ func (s *Source) ackGone(ctx context.Context, gone []string) {
 	if err := s.ackDeleted(ctx, gone); err != nil {
 		s.log.Warn().Err(err).Msg("pending entries whose data is gone not acknowledged")
 	}
-}
-
-// entryDeliveries converts the entries of a generic reply ([id, [field, value, …]] each) to
-// deliveries, each entry's field list straight into its message. An entry whose data is gone
-// (deleted or trimmed while pending: no field list) is left out and its id returned in gone.
-func (s *Source) entryDeliveries(entries []any) (ds []*engine.Delivery, gone []string, err error) {
-	if len(entries) == 0 {
-		return nil, nil, nil
-	}
-	all := make([]engine.Delivery, len(entries))
-	ds = make([]*engine.Delivery, 0, len(entries))
-	extra := s.headerRoom()
-	var none sharedNone
-	for i, e := range entries {
-		pair, ok := e.([]any)
-		if !ok || len(pair) != 2 {
-			return nil, nil, fmt.Errorf("unexpected entry %T", e)
-		}
-		eid, ok := pair[0].(string)
-		if !ok {
-			return nil, nil, fmt.Errorf("unexpected entry id %T", pair[0])
-		}
-		fields, ok := pair[1].([]any)
-		if !ok {
-			gone = append(gone, eid)
-			continue
-		}
-		d := &all[i]
-		d.Key, d.ID, d.Token = s.o.Stream, eid, eid
-		codec.DecodeStreamList(&d.Message, fields, extra)
-		none.fill(&d.Message)
-		ds = append(ds, d)
-	}
-	return ds, gone, nil
-}
-
-// streamEntries is the entry list of the one stream of a generic XREADGROUP reply: over RESP2
-// [[stream, entries]], over RESP3 {stream: entries}.
-func streamEntries(v any) ([]any, error) {
-	switch r := v.(type) {
-	case []any:
-		if len(r) == 0 {
-			return nil, nil
-		}
-		s, ok := r[0].([]any)
-		if !ok || len(s) != 2 {
-			return nil, fmt.Errorf("unexpected reply %T", r[0])
-		}
-		es, _ := s[1].([]any)
-		return es, nil
-	case map[any]any:
-		for _, es := range r {
-			l, _ := es.([]any)
-			return l, nil
-		}
-		return nil, nil
-	}
-	return nil, fmt.Errorf("unexpected reply %T", v)
 }
 
 // readPending reads one page of this consumer's own pending entries (stream kind, SPEC §2):
@@ -606,19 +504,18 @@ func (r *reader) autoClaim(ctx context.Context, count int) ([]*engine.Delivery, 
 // learns the counts right behind it, in one round trip: this consumer's pending entries from
 // the cursor on (up to pending), which include what it just claimed unless its own in-flight
 // entries crowd them out of the page (then countCarried asks again for the rest). On the
-// source's bare read connection where it has one (rawRead), else through go-redis, whose
-// XAUTOCLAIM is read as a generic reply, each entry's field list straight into its delivery
-// (go-redis's own builds a map per entry). deleted holds the ids whose data is gone.
+// source's bare read connection where it has one (rawRead), else through go-redis on the
+// shared client. deleted holds the ids whose data is gone.
 func (r *reader) autoClaimTrip(ctx context.Context, count, pending int) (next string, ds []*engine.Delivery, deleted []string, known []redis.XPendingExt, err error) {
 	s := r.s
-	if r.rc != nil {
-		if raw := r.bare(ctx, r.readClient().(*redis.Conn)); raw != nil {
-			return raw.autoClaim(ctx, s, r.autoclaim, count, pending)
-		}
+	if raw := r.bare(ctx, r.readClient()); raw != nil {
+		return raw.autoClaim(ctx, s, r.autoclaim, count, pending)
 	}
 	pipe := s.c.Pipeline()
-	ac := pipe.Do(ctx, "xautoclaim", s.o.Stream, s.o.Group, s.o.Consumer,
-		s.o.MinIdle.Milliseconds(), r.autoclaim, "count", count)
+	ac := pipe.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
+		Stream: s.o.Stream, Group: s.o.Group, Consumer: s.o.Consumer,
+		MinIdle: s.o.MinIdle, Start: r.autoclaim, Count: int64(count),
+	})
 	var pc *redis.XPendingExtCmd
 	if pending > 0 {
 		pc = pipe.XPendingExt(ctx, &redis.XPendingExtArgs{
@@ -627,42 +524,22 @@ func (r *reader) autoClaimTrip(ctx context.Context, count, pending int) (next st
 		})
 	}
 	_, _ = pipe.Exec(ctx)
-	next, entries, deleted, err := autoClaimReply(ac)
+	msgs, next, deleted, err := ac.Result()
 	if err != nil {
 		return "", nil, nil, nil, err
 	}
-	ds, gone, err := s.entryDeliveries(entries)
-	if err != nil {
-		return "", nil, nil, nil, err
+	keep := msgs[:0]
+	for _, m := range msgs {
+		if len(m.Values) == 0 { // data gone, on servers before 7 (7 lists it in deleted)
+			deleted = append(deleted, m.ID)
+		} else {
+			keep = append(keep, m)
+		}
 	}
 	if pc != nil {
 		known, _ = pc.Result() // on an error countCarried asks again
 	}
-	return next, ds, append(deleted, gone...), known, nil
-}
-
-// autoClaimReply reads a generic XAUTOCLAIM reply: [next cursor, entries, deleted ids] (the
-// third from Redis 7 on).
-func autoClaimReply(cmd *redis.Cmd) (next string, entries []any, deleted []string, err error) {
-	v, err := cmd.Result()
-	if err != nil {
-		return "", nil, nil, err
-	}
-	r, ok := v.([]any)
-	if !ok || len(r) < 2 {
-		return "", nil, nil, fmt.Errorf("unexpected reply %T", v)
-	}
-	next, _ = r[0].(string)
-	entries, _ = r[1].([]any)
-	if len(r) > 2 {
-		ids, _ := r[2].([]any)
-		for _, id := range ids {
-			if s, ok := id.(string); ok {
-				deleted = append(deleted, s)
-			}
-		}
-	}
-	return next, entries, deleted, nil
+	return next, s.deliveries(keep), deleted, known, nil
 }
 
 // countCarried learns the delivery counts of the carried entries and returns them as

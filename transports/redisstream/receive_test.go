@@ -300,10 +300,12 @@ func TestReadConnectionSpeaksRESP2(t *testing.T) {
 	if info.Resp != 2 {
 		t.Errorf("the read connection speaks RESP%d, want RESP2", info.Resp)
 	}
-	ds, err := src.readGeneric(e.ctx, conn, ">", 10, -1)
+	// As a TLS source reads on it (go-redis parses; TestRawReadsAfterSetup reads it bare).
+	msgs, err := src.xreadgroup(e.ctx, conn, ">", 10, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ds := src.deliveries(msgs)
 	if len(ds) != 1 || ds[0].ID != id || string(ds[0].Payload) != `{"n":1}` || ds[0].Headers["k"] != "v" {
 		t.Fatalf("read %+v, want %s with its payload and header", ds, id)
 	}
