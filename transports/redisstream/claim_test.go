@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/internal/redistest"
 )
 
 const testMinIdle = 300 * time.Millisecond
@@ -696,4 +697,51 @@ func TestReclaimCountsFromPartialPage(t *testing.T) {
 	if len(r.carry) != 0 || s.track.len() != 4 {
 		t.Errorf("after counting: %d carried, %d tracked; want 0 and 4", len(r.carry), s.track.len())
 	}
+}
+
+// A reclaim pass whose reply is lost on the source's read connection (Redis claimed the
+// entries, the reply never came) fails the read; the source reconnects and goes on, and the
+// lost pass's entries, pending under this consumer with their counts raised, come back after
+// min_idle as one attempt more (SPEC §10): each entry is delivered once, nothing stays pending.
+func TestReclaimPassReplyLost(t *testing.T) {
+	e := newOwnEnv(t)
+	const n, batch = 64, 16
+	ids := deadBacklog(e, n)
+	proxy := redistest.StartProxy(t, e.srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr})
+	t.Cleanup(func() { c.Close() })
+	cut := proxy.CutReply(redistest.Command("XAUTOCLAIM"))
+	o := claimOpts(KindReclaim, "a")
+	o.Batch = batch
+	a := e.startWith(c, nil, o)
+	attempt := map[string]int{}
+	deadline := time.After(20 * time.Second)
+	for len(attempt) < n {
+		select {
+		case d := <-a.Out():
+			if _, twice := attempt[d.ID]; twice {
+				t.Fatalf("%s delivered twice", d.ID)
+			}
+			attempt[d.ID] = d.Attempt
+			a.settle(t, ack(d)...)
+		case <-deadline:
+			t.Fatalf("%d of %d entries delivered", len(attempt), n)
+		}
+	}
+	select {
+	case <-cut:
+	default:
+		t.Fatal("no XAUTOCLAIM reply was cut")
+	}
+	// The dead consumer's read was the first delivery, the lost pass the second.
+	for i, id := range ids {
+		want := 2
+		if i < batch {
+			want = 3 // the first pass, from the start of the pending list
+		}
+		if attempt[id] != want {
+			t.Errorf("entry %d (%s) came as attempt %d, want %d", i, id, attempt[id], want)
+		}
+	}
+	e.waitFor("nothing pending", 10*time.Second, func() bool { return e.pending("s", "g") == 0 })
 }
