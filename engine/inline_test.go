@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,7 +43,12 @@ func waitWaiting(t *testing.T, q *Queue, n int) {
 func TestQueueRunsInlineWhenWorkersIdle(t *testing.T) {
 	q := NewQueue(16)
 	var ran []string
-	q.SetInline(2, func(d *Delivery) bool { ran = append(ran, d.ID); return true })
+	q.SetInline(2, func(ds []*Delivery) int {
+		for _, d := range ds {
+			ran = append(ran, d.ID)
+		}
+		return len(ds)
+	})
 	var taken atomic.Int32
 	var wg sync.WaitGroup
 	for range 2 {
@@ -85,12 +91,12 @@ func TestQueueInlineOnlyWhenAllIdle(t *testing.T) {
 	q := NewQueue(16)
 	var inline atomic.Int32
 	var refuse atomic.Bool
-	q.SetInline(1, func(*Delivery) bool {
+	q.SetInline(1, func(ds []*Delivery) int {
 		if refuse.Load() {
-			return false
+			return 0
 		}
-		inline.Add(1)
-		return true
+		inline.Add(int32(len(ds)))
+		return len(ds)
 	})
 	ctx := context.Background()
 	// No worker waits yet: queued.
@@ -265,5 +271,57 @@ func TestInlineKeepsConcurrency(t *testing.T) {
 		if total.Load() != 400 || g.most() > int32(conc) {
 			t.Fatalf("concurrency %d: handled %d of 400, %d at once", conc, total.Load(), g.most())
 		}
+	}
+}
+
+// groupSource pushes its deliveries three at a time once every worker waits, and waits for each
+// push to be settled before the next: reads of a few entries at a low rate.
+type groupSource struct{ idSource }
+
+func (s *groupSource) Receive(ctx context.Context, feed Feed) error {
+	q := feed.(*Queue)
+	for i := 0; i < len(s.deliveries); i += 3 {
+		deadline := time.Now().Add(5 * time.Second)
+		for q.idleWorkers() < q.workers && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Microsecond)
+		}
+		b := s.deliveries[i:min(i+3, len(s.deliveries))]
+		if feed.Room(ctx) == 0 || !feed.Push(ctx, b) {
+			return ctx.Err()
+		}
+		for range b {
+			select {
+			case <-s.settled:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// The deliveries of a push run inline reach the settler once all of them are decided, so one
+// wake of the settler settles the read: no settlement of a push comes while its handlers run.
+func TestInlinePushDecidedBeforeSettled(t *testing.T) {
+	src := &groupSource{idSource{fakeSource: fakeSource{caps: Capabilities{Ack: true}, deliveries: deliveries(30)}, settled: make(chan struct{}, 30)}}
+	var early atomic.Int32 // handlers that ran after a settlement of their own push
+	h := inlineHandler{inline: true, HandlerFunc: func(_ context.Context, d *Delivery) Result {
+		n, _ := strconv.Atoi(d.ID)
+		pushStart := (n - 1) / 3 * 3 // deliveries settled before this push
+		if settled, _, _ := src.snapshot(); len(settled) > pushStart {
+			early.Add(1)
+		}
+		time.Sleep(200 * time.Microsecond) // time enough for a woken settler to settle
+		return Result{Outcome: Ack()}
+	}}
+	p := &Pipeline{Name: "p", Source: src, Handler: h, Concurrency: 2, ShutdownTimeout: 5 * time.Second, Logger: zerolog.Nop()}
+	if err := run(t, context.Background(), Options{}, p); err != nil {
+		t.Fatal(err)
+	}
+	if settled, _, _ := src.snapshot(); len(settled) != 30 {
+		t.Fatalf("settled %d, want 30", len(settled))
+	}
+	if early.Load() != 0 {
+		t.Fatalf("%d handlers ran after a settlement of their own push, want none", early.Load())
 	}
 }

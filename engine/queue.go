@@ -44,10 +44,10 @@ type Queue struct {
 	// stage's waiting deliveries still count against the limit, so reading does not run ahead.
 	held int
 
-	// inline, when set (SetInline), runs a delivery's handler on the goroutine that pushes it,
-	// while all of workers wait for deliveries; it reports false where it cannot (the delivery
-	// is queued then).
-	inline  func(d *Delivery) bool
+	// inline, when set (SetInline), runs the handlers of a push's first deliveries on the
+	// goroutine that pushes them, while all of workers wait for deliveries; it returns how many
+	// it ran (the rest are queued).
+	inline  func(ds []*Delivery) int
 	workers int
 }
 
@@ -96,14 +96,14 @@ func (q *Queue) RoomFor(ctx context.Context, n int) int {
 	}
 }
 
-// SetInline lets Push run up to inlineMax deliveries itself, one after the other, through run,
-// when the queue is empty and all of workers wait: at low rates a message then goes from the
-// source's read to its handler without waking a second thread, a hand-over that on a busy
-// machine now and then waits hundreds of microseconds for a CPU. Only for handlers that never
-// block (Inliner), since the source reads nothing while they run, and only for a Feed pushed to
-// from one goroutine (a source's Receive), so at most workers handlers run at once. Call it
-// before the first Push.
-func (q *Queue) SetInline(workers int, run func(d *Delivery) bool) {
+// SetInline lets Push run a push of up to inlineMax deliveries itself, through run (in order,
+// while it may; it returns how many it ran), when the queue is empty and all of workers wait: at
+// low rates a message then goes from the source's read to its handler without waking a second
+// thread, a hand-over that on a busy machine now and then waits hundreds of microseconds for a
+// CPU. Only for handlers that never block (Inliner), since the source reads nothing while they
+// run, and only for a Feed pushed to from one goroutine (a source's Receive), so at most workers
+// handlers run at once. Call it before the first Push.
+func (q *Queue) SetInline(workers int, run func(ds []*Delivery) int) {
 	q.workers, q.inline = workers, run
 }
 
@@ -136,10 +136,7 @@ func (q *Queue) runInline(ds []*Delivery) []*Delivery {
 	if !idle {
 		return ds
 	}
-	for len(ds) > 0 && q.inline(ds[0]) {
-		ds = ds[1:]
-	}
-	return ds
+	return ds[q.inline(ds):]
 }
 
 // push is Push under the lock; woke reports whether it woke a waiting worker.

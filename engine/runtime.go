@@ -345,21 +345,33 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 	gate := r.gate
 	returner, _ := p.Source.(Returner)
 	take, finished := q.Take, func(_ *Delivery, dec Decision) { decisions <- dec }
-	work := func(d *Delivery) {
+	decide := func(d *Delivery) Decision {
 		r.tally.read.Add(1)
 		dec := r.handle(grace, d)
 		if dec.Hold != nil {
 			gate.add(1)
 		}
-		finished(d, dec)
+		return dec
 	}
+	work := func(d *Delivery) { finished(d, decide(d)) }
 	if in, ok := p.Handler.(Inliner); ok && in.Inline() && p.Flow == nil {
-		q.SetInline(p.Concurrency, func(d *Delivery) bool {
-			if gate.full() != nil || stop.Err() != nil {
-				return false // a worker waits for room, or hands it back
+		// The push's decisions go to the settler once all of them are made, so that it wakes
+		// once and settles them in one round trip (one XACK, one write of their records): sent
+		// one by one, the first woke it and went alone, the rest in a round trip of their own.
+		var decs []Decision // only the source's goroutine runs this
+		q.SetInline(p.Concurrency, func(ds []*Delivery) int {
+			decs = decs[:0]
+			for _, d := range ds {
+				if gate.full() != nil || stop.Err() != nil {
+					break // a worker waits for room, or hands it back
+				}
+				decs = append(decs, decide(d))
 			}
-			work(d)
-			return true
+			for i := range decs {
+				decisions <- decs[i]
+				decs[i] = Decision{} // the slice outlives the push: keep no message alive
+			}
+			return len(decs)
 		})
 	}
 
