@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/internal/redistest"
 )
 
 // The data decide how much work each side does: both must agree with the rule's condition.
@@ -229,5 +233,42 @@ func TestStealShare(t *testing.T) {
 	}
 	if _, ok := parseCPUTimes([]byte("intr 1 2 3\n")); ok {
 		t.Error("a line that is not the cpu line is read")
+	}
+}
+
+// The producer's senders share one schedule: a turn sends every entry due before its end,
+// each once, numbered from first, each stamped.
+func TestOfferSendsTheSchedule(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	o, err := offer(ctx, rdb, "s", 2000, 250*time.Millisecond, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.sent != 500 {
+		t.Fatalf("sent %d, want 500 (2,000 a second for 250 ms)", o.sent)
+	}
+	ms, err := rdb.XRange(ctx, "s", "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, m := range ms {
+		var got order
+		if err := json.Unmarshal([]byte(m.Values["payload"].(string)), &got); err != nil {
+			t.Fatalf("entry %s: %v", m.ID, err)
+		}
+		if _, err := strconv.ParseInt(m.Values["sent"].(string), 10, 64); err != nil {
+			t.Fatalf("entry %s: sent: %v", m.ID, err)
+		}
+		if seen[got.ID] || got.ID < 10 || got.ID >= 510 {
+			t.Fatalf("entry %s: payload %d sent twice or out of 10 … 509", m.ID, got.ID)
+		}
+		seen[got.ID] = true
+	}
+	if len(ms) != 500 {
+		t.Fatalf("the stream holds %d entries, want 500", len(ms))
 	}
 }
