@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 )
 
 // The reads of new entries go through go-redis until it has dialled and set up the source's
@@ -198,5 +199,41 @@ func TestRawAutoClaim(t *testing.T) {
 	}
 	if raw.broken {
 		t.Fatal("connection given up after replies read whole")
+	}
+}
+
+// A user whose ACL refuses PING (the README's ACL section grants it, not every setup does)
+// still reads bare: a refusal is an answer, so go-redis has set the connection up.
+func TestRawReadsWithoutPing(t *testing.T) {
+	e := newOwnEnv(t)
+	if err := e.rdb.Do(e.ctx, "ACL", "SETUSER", "noping", "on", ">pw", "~*", "&*", "+@all", "-ping").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.XGroupCreateMkStream(e.ctx, "s", "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: e.srv.Addr, Username: "noping", Password: "pw"})
+	defer c.Close()
+	if err := c.Ping(e.ctx).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("PING as noping: %v, want NOPERM", err)
+	}
+	src, err := New(c, Options{Kind: KindStream, Stream: "s", Group: "g", Consumer: "c", Batch: 10}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	r := &reader{s: src}
+	r.rc = src.newReadClient(r.dialed.Store)
+	defer r.rc.Close()
+	defer r.dropConn()
+	for i, want := range []string{"first", "second"} {
+		e.xadd("s", "payload", want)
+		ds, err := r.readNew(e.ctx, 10, -1)
+		if err != nil || len(ds) != 1 || string(ds[0].Payload) != want {
+			t.Fatalf("read %d: %d deliveries, %v; want %q", i, len(ds), err, want)
+		}
+		if r.raw == nil {
+			t.Fatalf("read %d: no bare connection with PING refused", i)
+		}
 	}
 }
