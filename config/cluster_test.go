@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -20,6 +21,12 @@ func TestClusterSlotsOnlyOnCluster(t *testing.T) {
 		{`cluster = ["127.0.0.1:7000"]`, "source \"list\" {\n key = \"{q}jobs\"\n}", ``, false},
 		{`cluster = ["127.0.0.1:7000"]`, "source \"list\" {\n key = \"{q}jobs\"\n processing = \"{q}p\"\n}", ``, false},
 		{`cluster = ["127.0.0.1:7000"]`, "source \"list\" {\n key = \"{q}jobs\"\n processing = \"q:p\"\n}", ``, true},
+		// A durable_zset list: its delay queue shares the list's slot.
+		{`cluster = ["127.0.0.1:7000"]`, "source \"list\" {\n key = \"{q}jobs\"\n}", `delayed_retry = "durable_zset"`, false},
+		{`cluster = ["127.0.0.1:7000"]`, "source \"list\" {\n key = \"{q}jobs\"\n}", "delayed_retry = \"durable_zset\"\n delay_key = \"{q}d\"", false},
+		{`cluster = ["127.0.0.1:7000"]`, "source \"list\" {\n key = \"{q}jobs\"\n}", "delayed_retry = \"durable_zset\"\n delay_key = \"q:d\"", true},
+		{`url = "redis://127.0.0.1:6379"`, "source \"list\" {\n key = \"jobs\"\n}", "delayed_retry = \"durable_zset\"\n delay_key = \"q:d\"", false},
+		{`url = "redis://127.0.0.1:6379"`, "source \"list\" {\n key = \"jobs\"\n reliable = false\n}", `delayed_retry = "durable_zset"`, true},
 	} {
 		src := fmt.Sprintf("redis \"r\" {\n  %s\n}\npipeline \"p\" {\n  %s\n  %s\n  rule \"r\" {\n    outcome = \"ack\"\n  }\n}\n", tc.redis, tc.source, tc.extra)
 		path := writeTemp(t, src)
@@ -35,4 +42,23 @@ func writeTemp(t *testing.T, content string) string {
 	path := t.TempDir() + "/c.hcl"
 	write(t, path, content)
 	return path
+}
+
+// TestListDelayKeyDiagnostic: a durable_zset list's delay_key in another slot is reported at
+// the delay_key attribute, naming both keys and their slots.
+func TestListDelayKeyDiagnostic(t *testing.T) {
+	src := "redis \"r\" {\n  cluster = [\"127.0.0.1:7000\"]\n}\npipeline \"p\" {\n  source \"list\" {\n    key = \"{q}jobs\"\n  }\n  delayed_retry = \"durable_zset\"\n  delay_key     = \"q:d\"\n  rule \"r\" {\n    outcome = \"ack\"\n  }\n}\n"
+	_, diags := Load([]string{writeTemp(t, src)}, Options{Hostname: "host1"})
+	if len(diags) != 1 || diags[0].Subject == nil {
+		t.Fatalf("diagnostics %v, want one with a position", diags)
+	}
+	d := diags[0]
+	if d.Subject.Start.Line != 9 || d.Subject.Start.Column != 19 {
+		t.Errorf("at %d:%d, want 9:19 (delay_key's value)", d.Subject.Start.Line, d.Subject.Start.Column)
+	}
+	for _, want := range []string{`"{q}jobs"`, `"q:d"`, "durable_zset", "slot"} {
+		if !strings.Contains(d.Detail, want) {
+			t.Errorf("detail %q lacks %q", d.Detail, want)
+		}
+	}
 }

@@ -130,7 +130,7 @@ func TestLoadValid(t *testing.T) {
 			name: "queue", file: pipes,
 			source: Source{Kind: "list", Redis: "main"},
 			options: redislist.Options{Key: "jobs", Reliable: true, Consumer: "host1",
-				Processing: "jobs:processing:host1", Batch: 100, Block: time.Second},
+				Processing: "jobs:processing:host1", Batch: 100, Block: time.Second, DelayedRetry: "runtime"},
 			p:     Pipeline{Concurrency: runtime.NumCPU(), ShutdownTimeout: 30 * time.Second},
 			rules: []string{"all"},
 		},

@@ -563,7 +563,7 @@ pipeline "jobs" {
   }
 }`+pipeline)
 	p.s("## Redis Cluster\n\n")
-	p.para("`cluster` lists seed nodes; the slot map is learned from them and refreshed on `MOVED`, `CLUSTERDOWN` and connection errors. Keys that flowrun moves between in one command or script must hash to one slot, and `flowrun validate` checks that from the files alone: a `durable_zset` stream and its `delay_key`, and a reliable list's `key` and `processing`. Use a `{hash tag}`: Redis hashes only the text between the first `{` and the next `}`.")
+	p.para("`cluster` lists seed nodes; the slot map is learned from them and refreshed on `MOVED`, `CLUSTERDOWN` and connection errors. Keys that flowrun moves between in one command or script must hash to one slot, and `flowrun validate` checks that from the files alone: a `durable_zset` stream and its `delay_key`, a reliable list's `key` and `processing`, and a `durable_zset` list's `key` and `delay_key`. Use a `{hash tag}`: Redis hashes only the text between the first `{` and the next `}`.")
 	p.example("cluster", `redis "cluster" {
   cluster  = ["10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"]
   username = "flowrun"
@@ -693,7 +693,7 @@ func (g *gen) headersPage() {
 	p.para("- **Stream entry**: the field `payload` holds the payload; every other field is a header. An entry written by any other producer (`XADD orders * id 7 amount 12`) is a message with those fields as headers and an empty payload.\n" +
 		"- **List element, Pub/Sub message**: a JSON object whose keys are `payload` and optionally `headers` (an object of strings) is an envelope; anything else is a bare payload without headers. flowrun writes an envelope only when the message has headers, and wraps a payload that would itself read as one.\n" +
 		"- **Record** (stream files, pipes): one JSON object per line, `{\"key\":\"orders\",\"headers\":{…},\"payload\":…}`. A string payload is taken as its bytes, any other JSON value as its JSON text; flowrun writes a payload that is valid JSON as JSON, other bytes as a string, with the keys in the order `key`, `headers` (omitted when empty, names sorted), `payload`. A line that is not such a record is logged with its line number and skipped.\n" +
-		"- **Durable delay queue member** (`delayed_retry = \"durable_zset\"`): `{\"v\":1,\"key\":…,\"id\":<original id>,\"f\":[field, value, …]}`, scored by its due time in Unix milliseconds.")
+		"- **Durable delay queue member** (`delayed_retry = \"durable_zset\"`): of a stream, `{\"v\":1,\"key\":…,\"id\":<original id>,\"f\":[field, value, …]}`; of a reliable list, `l1:<16 random hex digits>:<the element pushed back when due>` (the copy byte for byte, an envelope when it has headers); each scored by its due time in Unix milliseconds.")
 	p.done()
 }
 

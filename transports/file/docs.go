@@ -24,6 +24,13 @@ or a dead letter twice. ` + "`attempt`" + ` is ` + "`x-retry-count`" + ` + 1.
 | ` + "`retry`" + ` | a copy appended to the file, only when the pipeline declares ` + "`max_attempts`" + ` or ` + "`dead_letter`" + ` |
 | ` + "`retry_after(d)`" + ` | a copy held in the process, appended when due |
 | dead letter | a record with the ` + "`dead_letter`" + ` key appended to the file |
+
+## What a crash costs
+
+Files have no ` + "`delayed_retry`" + ` mode: a ` + "`retry_after(d)`" + ` copy is held in the process until it is due. A
+crash (` + "`kill -9`" + `) before then **loses it** once a ` + "`checkpoint`" + ` has moved past its original (without a
+` + "`checkpoint`" + `, the next run replays the file from the start); a clean stop (SIGINT, SIGTERM) appends
+every held copy at once. Records not yet settled are before the checkpoint, and read again.
 `
 
 const fileExample = `pipeline "orders" {

@@ -24,6 +24,12 @@ permanent failure.
 | dead letter | a record with the ` + "`dead_letter`" + ` key on stdout |
 
     printf '%s\n' '{"key":"events","payload":{"type":"signup","user":"ada"}}' | flowrun run events.hcl
+
+## What a crash costs
+
+Pipes have no ` + "`delayed_retry`" + ` mode: a ` + "`retry_after(d)`" + ` copy is held in the process until it is due, so a
+crash (` + "`kill -9`" + `) before then **loses it**, as it loses lines read and not yet handled; a clean stop
+(SIGINT, SIGTERM) or the end of the input writes every held copy.
 `
 
 const pipeExample = `pipeline "events" {

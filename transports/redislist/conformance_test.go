@@ -23,21 +23,27 @@ func TestMain(m *testing.M) {
 // shared redis-server.
 func TestConformance(t *testing.T) {
 	srv := redistest.Shared(t)
+	reliable := transporttest.Features{Ack: true, DeadLetter: transporttest.KindList, ReadsCopies: true,
+		Redelivers: true, PoisonCommand: "lpush", PoisonReason: "wrongtype"}
+	durable := reliable
+	durable.DurableDelay = true
 	tests := []struct {
 		name     string
 		reliable bool
+		delay    string
 		f        transporttest.Features
 	}{
-		{"reliable", true, transporttest.Features{Ack: true, DeadLetter: transporttest.KindList, ReadsCopies: true,
-			Redelivers: true, PoisonCommand: "lpush", PoisonReason: "wrongtype"}},
-		{"simple", false, transporttest.Features{DeadLetter: transporttest.KindList, ReadsCopies: true,
+		{"reliable", true, "", reliable},
+		{"reliable durable_zset", true, DelayDurableZSet, durable},
+		{"simple", false, "", transporttest.Features{DeadLetter: transporttest.KindList, ReadsCopies: true,
 			PoisonCommand: "lpush", PoisonReason: "wrongtype"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel() // the variants use keys of their own
 			transporttest.Run(t, tt.f, func(t *testing.T, o transporttest.SourceOptions) transporttest.Harness {
-				opts := Options{Key: o.Key, Reliable: tt.reliable, Consumer: "w1", Batch: o.Batch, Block: 100 * time.Millisecond}
+				opts := Options{Key: o.Key, Reliable: tt.reliable, Consumer: "w1", Batch: o.Batch, Block: 100 * time.Millisecond,
+					DelayedRetry: tt.delay}
 				opts.setDefaults()
 				return &harness{Redis: transporttest.NewRedis(t, srv.Addr), opts: opts}
 			})
@@ -59,10 +65,27 @@ func (h *harness) Source(t testing.TB) engine.Source {
 	return src
 }
 
-func (h *harness) Key() string                                { return h.opts.Key }
-func (h *harness) RetryKey() string                           { return h.opts.Key }
-func (h *harness) End(testing.TB)                             {}
-func (h *harness) Delayed(testing.TB) []transporttest.Delayed { return nil }
+func (h *harness) Key() string      { return h.opts.Key }
+func (h *harness) RetryKey() string { return h.opts.Key }
+func (h *harness) End(testing.TB)   {}
+
+// Delayed lists the delay queue's copies, due first, decoded as the list will read them.
+func (h *harness) Delayed(t testing.TB) []transporttest.Delayed {
+	if h.opts.DelayKey == "" {
+		return nil
+	}
+	zs, err := h.Client.ZRangeWithScores(context.Background(), h.opts.DelayKey, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]transporttest.Delayed, len(zs))
+	for i, z := range zs {
+		hdr, p := codec.DecodeEnvelope([]byte(DelayedElement(z.Member.(string))))
+		out[i] = transporttest.Delayed{Message: &engine.Message{Key: h.opts.Key, Headers: hdr, Payload: p},
+			Due: time.UnixMilli(int64(z.Score))}
+	}
+	return out
+}
 
 func (h *harness) Inject(t testing.TB, msgs ...*engine.Message) {
 	vals := make([]any, len(msgs))

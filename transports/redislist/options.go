@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/flowrun/flowrun/engine"
 )
 
 // Defaults for a list source (SPEC §2).
@@ -27,7 +29,28 @@ type Options struct {
 	// Block is how long a read blocks (default 1s): under a second as given, else in whole
 	// seconds (go-redis's blocking commands drop the fraction).
 	Block time.Duration
+	// DelayedRetry is "runtime" (default: the engine holds retry_after copies) or
+	// "durable_zset" (a reliable list only: ActDelay stores copies in DelayKey).
+	DelayedRetry string
+	DelayKey     string // durable_zset's sorted set; default "<Key>:delayed"
 }
+
+// Delay modes (SPEC §5, delayed_retry), spelled as the stream kind spells them.
+const (
+	DelayRuntime     = "runtime"
+	DelayDurableZSet = "durable_zset"
+	// DelayKeySuffix makes the default delay_key "<key>:delayed", as for streams.
+	DelayKeySuffix = ":delayed"
+	// MoveBatch is how many due delayed copies one read moves back onto the list.
+	MoveBatch = 128
+)
+
+func (o Options) capabilities() engine.Capabilities {
+	return engine.Capabilities{Ack: o.Reliable, DurableDelay: o.Reliable && o.durable(), Batch: o.Batch}
+}
+
+// durable reports whether retry_after copies are stored in the delay queue.
+func (o *Options) durable() bool { return o.DelayedRetry == DelayDurableZSet }
 
 // setDefaults fills what was left unset.
 func (o *Options) setDefaults() {
@@ -44,6 +67,12 @@ func (o *Options) setDefaults() {
 		}
 		o.Processing = fmt.Sprintf("%s:processing:%s", o.Key, o.Consumer)
 	}
+	if o.DelayedRetry == "" {
+		o.DelayedRetry = DelayRuntime
+	}
+	if o.durable() && o.DelayKey == "" {
+		o.DelayKey = o.Key + DelayKeySuffix
+	}
 }
 
 // Validate reports options no list source can run with.
@@ -53,6 +82,18 @@ func (o *Options) Validate() error {
 	}
 	if o.Reliable && o.Processing == o.Key {
 		return fmt.Errorf("redislist: processing list %q is the source list itself", o.Processing)
+	}
+	switch o.DelayedRetry {
+	case "", DelayRuntime:
+	case DelayDurableZSet:
+		if !o.Reliable {
+			return errors.New("redislist: delayed_retry \"durable_zset\" needs a reliable list")
+		}
+		if o.DelayKey == o.Key || o.DelayKey == o.Processing {
+			return fmt.Errorf("redislist: delay_key %q must differ from the list and its processing list", o.DelayKey)
+		}
+	default:
+		return fmt.Errorf("redislist: unknown delayed_retry %q", o.DelayedRetry)
 	}
 	return nil
 }

@@ -11,10 +11,28 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/internal/hclutil"
 	"github.com/flowrun/flowrun/internal/keyslot"
 	"github.com/flowrun/flowrun/schema"
 	"github.com/flowrun/flowrun/transports"
 )
+
+// delayAttrs are the stream kinds' delayed_retry and delay_key, which a reliable list takes too.
+var delayAttrs = []transports.PipelineAttr{
+	{AppliesTo: delayAppliesTo, Attr: schema.Attr{
+		Name: "delayed_retry", Type: "string", Default: schema.Value(DelayRuntime),
+		Doc: "Where `retry_after(d)` copies wait: `\"runtime\"` holds the copy in the process and pushes it to the list when due (a crash before then loses it; a clean stop pushes every held copy at once); `\"durable_zset\"` (a reliable list only) adds it to the sorted set `delay_key`, scored by its due time, and removes the element from the processing list in one Lua script, and every read first moves due copies back onto the list with another, so a crash loses nothing.",
+	}},
+	{AppliesTo: delayAppliesTo, Attr: schema.Attr{
+		Name: "delay_key", Type: "string", Default: "`\"<key>" + DelayKeySuffix + "\"`",
+		Doc: "The sorted set of `delayed_retry = \"durable_zset\"`; only valid with it. In a Redis Cluster it must hash to `key`'s slot (use a `{hash tag}`).",
+	}},
+}
+
+// delayAppliesTo is the stream kind's wording (the first kind's is shown), so it is the same.
+const delayAppliesTo = "stream sources (stream, claiming and reclaim) and reliable list sources"
+
+var delayModes = []string{DelayRuntime, DelayDurableZSet}
 
 func init() {
 	transports.Register(transports.Kind{
@@ -23,16 +41,17 @@ func init() {
 		Redis: true,
 		Attrs: []schema.Attr{
 			{Name: "key", Type: "string", Required: true, Doc: "The list to read."},
-			{Name: "reliable", Type: "bool", Default: schema.Value(true), Doc: "`true`: each element is moved to a processing list as it is read (`BLMOVE`) and removed from it once settled, so a crash loses nothing; `false`: `BRPOP`, at most once."},
+			{Name: "reliable", Type: "bool", Default: schema.Value(true), Doc: "`true`: each element is moved to a processing list as it is read (`BLMOVE`) and removed from it once settled, so a crash loses no element (nor a `retry_after` copy with `delayed_retry = \"durable_zset\"`; see \"What a crash costs\" below); `false`: `BRPOP`, at most once."},
 			{Name: "consumer", Type: "string", Default: "the host name", Doc: "This process's name; it names the default processing list. `flowrun run --consumer` overrides it."},
 			{Name: "processing", Type: "string", Default: "`\"<key>:processing:<consumer>\"`", Doc: "A reliable list's processing list; only valid with `reliable = true`. Give each process its own. In a Redis Cluster it must hash to `key`'s slot (use a `{hash tag}`)."},
 			{Name: "batch", Type: "number", Default: schema.Value(DefaultBatch), Doc: "Elements taken per read at most."},
 			{Name: "block", Type: "duration", Default: schema.Value(DefaultBlock), Doc: "How long a read blocks waiting for an element."},
 		},
-		Summary: "a Redis list, reliable (`BLMOVE` to a processing list) or simple (`BRPOP`)",
-		Doc:     listDoc,
-		Example: listExample,
-		New:     func() transports.Config { return &Config{} },
+		Summary:       "a Redis list, reliable (`BLMOVE` to a processing list) or simple (`BRPOP`)",
+		Doc:           listDoc,
+		Example:       listExample,
+		PipelineAttrs: delayAttrs,
+		New:           func() transports.Config { return &Config{} },
 	})
 	transports.RegisterEmit(transports.EmitKind{
 		Name:  "list",
@@ -51,6 +70,7 @@ type Config struct {
 
 	keyRange        hcl.Range  // the key attribute's value
 	processingRange *hcl.Range // the processing attribute's value; nil when defaulted
+	delayKeyRange   *hcl.Range // the delay_key attribute's value; nil when defaulted
 }
 
 var (
@@ -58,6 +78,7 @@ var (
 	_ transports.ClusterChecker  = (*Config)(nil)
 	_ transports.Inspector       = (*Config)(nil)
 	_ transports.DeadLetterStore = (*Config)(nil)
+	_ transports.RetryTargeter   = (*Config)(nil)
 )
 
 // Decode reads the source block; a reliable list's processing list defaults to
@@ -79,17 +100,55 @@ func (c *Config) Decode(b *transports.Block) {
 		c.processingRange = p.Expr.Range().Ptr()
 	}
 
+	c.decodeDelay(b)
 	c.DeadLetter = b.Pipeline.DeadLetter
 	b.RejectDeadLetterKey(c.Key)
+}
+
+// decodeDelay reads the pipeline's delayed_retry and delay_key: durable_zset needs a reliable
+// list, whose processing list is what makes moving the element into the delay queue atomic.
+func (c *Config) decodeDelay(b *transports.Block) {
+	p := b.PipelineAttrs()
+	c.DelayedRetry = DelayRuntime
+	var mode string
+	if p.String("delayed_retry", &mode) {
+		switch {
+		case mode != DelayRuntime && mode != DelayDurableZSet:
+			b.Report(transports.InvalidValue(p.Get("delayed_retry"), fmt.Sprintf("%q is not a delayed_retry mode.%s It is %s.",
+				mode, hclutil.DidYouMean(mode, delayModes), hclutil.QuoteList(delayModes, "or"))))
+		case mode == DelayDurableZSet && !c.Reliable:
+			b.Report(transports.InvalidValue(p.Get("delayed_retry"), `delayed_retry = "durable_zset" needs a reliable list (reliable = true): a simple list has no processing list to move the element out of atomically.`))
+		default:
+			c.DelayedRetry = mode
+		}
+	}
+	if dk := p.NonEmptyOnly("delay_key", &c.DelayKey, c.DelayedRetry == DelayDurableZSet,
+		`"delay_key" is only used with delayed_retry = "durable_zset".`); dk != nil {
+		c.delayKeyRange = dk.Expr.Range().Ptr()
+		if c.DelayKey == c.Key || c.DelayKey == c.Processing {
+			b.Report(transports.InvalidValue(dk, `"delay_key" must differ from the list and its processing list.`))
+		}
+	}
+	if c.DelayedRetry == DelayDurableZSet && c.DelayKey == "" && c.Key != "" {
+		c.DelayKey = c.Key + DelayKeySuffix
+	}
+}
+
+// RetryTarget is the durable delay queue that holds retry_after copies (durable_zset), or ""
+// when copies go back to the list.
+func (c *Config) RetryTarget() string {
+	if c.DelayedRetry == DelayDurableZSet {
+		return c.DelayKey
+	}
+	return ""
 }
 
 // NaturalKey is the list's key.
 func (c *Config) NaturalKey() string { return c.Key }
 
-// Capabilities: a reliable list acknowledges (LREM); a simple list has nothing to settle.
-func (c *Config) Capabilities() engine.Capabilities {
-	return engine.Capabilities{Ack: c.Reliable, Batch: c.Batch}
-}
+// Capabilities: a reliable list acknowledges (LREM), and with durable_zset stores delays; a
+// simple list has nothing to settle.
+func (c *Config) Capabilities() engine.Capabilities { return c.capabilities() }
 
 // Build returns the source, reading with the client of its redis block.
 func (c *Config) Build(_ context.Context, env *transports.Env) (engine.Source, error) {
@@ -105,6 +164,31 @@ func (c *Config) CheckCluster(redisBlock string) hcl.Diagnostics {
 	if !c.Reliable || c.Key == "" || c.Processing == "" {
 		return nil
 	}
+	return append(c.checkProcessingSlot(redisBlock), c.checkDelaySlot(redisBlock)...)
+}
+
+// checkDelaySlot: a durable_zset delay queue must share the list's slot, since one script moves
+// copies between them (and another between it and the processing list).
+func (c *Config) checkDelaySlot(redisBlock string) hcl.Diagnostics {
+	key, dk := c.Key, c.DelayKey
+	if c.DelayedRetry != DelayDurableZSet || dk == "" || keyslot.Of(key) == keyslot.Of(dk) {
+		return nil
+	}
+	detail := fmt.Sprintf("The redis block %q is a Redis Cluster, and a durable_zset delay queue must be in the slot of its list (one script moves copies between them), but key %q is in slot %d and ",
+		redisBlock, key, keyslot.Of(key))
+	subject := c.keyRange
+	if c.delayKeyRange != nil {
+		subject = *c.delayKeyRange
+		detail += fmt.Sprintf("delay_key %q in slot %d.", dk, keyslot.Of(dk))
+	} else {
+		detail += fmt.Sprintf("its default delay_key %q in slot %d.", dk, keyslot.Of(dk))
+	}
+	detail += " " + keyslot.SuggestPair(key, dk, "key", "delay_key", c.delayKeyRange != nil)
+	return hcl.Diagnostics{slotDiag(subject, detail)}
+}
+
+// checkProcessingSlot: the processing list must share the list's slot (BLMOVE).
+func (c *Config) checkProcessingSlot(redisBlock string) hcl.Diagnostics {
 	cluster := fmt.Sprintf("The redis block %q is a Redis Cluster", redisBlock)
 	key, p := c.Key, c.Processing
 	if c.processingRange == nil {
@@ -156,6 +240,17 @@ func (c *Config) Inspect(ctx context.Context, env *transports.Env) (transports.S
 			return row, fmt.Errorf("llen %s: %w", c.Processing, err)
 		}
 		row.Pending = &n
+	}
+	if c.DelayedRetry == DelayDurableZSet && c.DelayKey != "" {
+		row.DelayKey = c.DelayKey
+		d, err := ReadDelayStats(ctx, client, c.DelayKey)
+		if err != nil {
+			return row, err
+		}
+		row.Delayed = &d.Size
+		if !d.NextDue.IsZero() {
+			row.NextDue = &d.NextDue
+		}
 	}
 	err = row.CountDeadLetters(ctx, c.DeadLetter, client.LLen)
 	return row, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -18,7 +19,8 @@ import (
 //
 // Reliable list, per delivery: ActAck → LREM processing -1 element (from the tail, where the
 // oldest elements are, so the scan is short); ActRequeue → LPUSH key copy, and the LREM;
-// ActDeadLetter → LPUSH dead-letter list copy, and the LREM. Acknowledgements are pipelined
+// ActDeadLetter → LPUSH dead-letter list copy, and the LREM; ActDelay (durable_zset) → ZADD
+// delay_key due-ms copy, and the LREM. Acknowledgements are pipelined
 // LREMs; copies go, in the same round trip, in one script on the processing list's slot that
 // removes the element and writes its copy atomically: when the element is no longer there (an
 // earlier call settled it) nothing is written again, and when the copy cannot be written
@@ -28,7 +30,7 @@ import (
 // Simple list: ActAck does nothing; ActRequeue and ActDeadLetter LPUSH the copy (pipelined),
 // each at most once (redisconn.CopySettler, which Pub/Sub shares).
 //
-// ActLeave and ActDelay are engine.ErrUnsupported (permanent faults).
+// ActLeave, and ActDelay without durable_zset, are engine.ErrUnsupported (permanent faults).
 func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 	if !s.opts.Reliable {
 		return redisconn.CopySettler{Client: s.client, Name: "redislist", Key: s.opts.Key,
@@ -41,7 +43,9 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 		switch {
 		case err != nil:
 			err = fmt.Errorf("%w: %w", err, engine.ErrPermanent)
-		case st.Action != engine.ActAck && st.Action != engine.ActRequeue && st.Action != engine.ActDeadLetter:
+		case st.Action == engine.ActDelay && !s.opts.durable():
+			err = fmt.Errorf("redislist: settle %s: durable delays are off (delayed_retry = %q): %w", st.Action, s.opts.DelayedRetry, engine.ErrUnsupported)
+		case st.Action != engine.ActAck && st.Action != engine.ActRequeue && st.Action != engine.ActDeadLetter && st.Action != engine.ActDelay:
 			err = fmt.Errorf("redislist: settle %s: %w", st.Action, engine.ErrUnsupported)
 		case st.Action != engine.ActAck && st.Copy == nil:
 			err = fmt.Errorf("redislist: settle %s without a copy: %w", st.Action, engine.ErrPermanent)
@@ -73,10 +77,7 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 		if t == nil || t.done {
 			continue // refused above, or settled by an earlier call the engine is resending
 		}
-		key := s.opts.Key
-		if st.Action == engine.ActDeadLetter {
-			key = deadLetterKey(st)
-		}
+		key := s.copyKey(st)
 		if st.Action == engine.ActAck || (st.Action == engine.ActDeadLetter && t.copied) {
 			rems = append(rems, rem{i, pipe.LRem(ctx, s.opts.Processing, -1, t.elem)})
 			continue
@@ -87,7 +88,14 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 			k = len(keys)
 			keyIdx[key] = k
 		}
-		args = append(args, t.elem, k, codec.EncodeEnvelope(st.Copy))
+		if st.Action == engine.ActDelay {
+			if t.member == "" { // kept, so that a resend writes the same member
+				t.member = encodeDelayed(st.Copy)
+			}
+			args = append(args, t.elem, k, t.member, strconv.FormatInt(st.Due.UnixMilli(), 10))
+		} else {
+			args = append(args, t.elem, k, codec.EncodeEnvelope(st.Copy), "")
+		}
 		copies = append(copies, i)
 	}
 	if len(rems) == 0 && len(copies) == 0 {
@@ -116,11 +124,8 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 		serr = fmt.Errorf("settle script: %d results for %d copies", len(res), len(copies))
 	}
 	for j, i := range copies {
+		key := s.copyKey(batch[i])
 		if serr != nil {
-			key := s.opts.Key
-			if batch[i].Action == engine.ActDeadLetter {
-				key = deadLetterKey(batch[i])
-			}
 			se.Add(redisconn.Fault(i, "evalsha", key, serr, s.secrets...))
 			continue
 		}
@@ -128,16 +133,18 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 		switch r {
 		case "ok", "settled":
 			s.settled(toks[i])
+			if batch[i].Action == engine.ActDelay {
+				s.lowerNextDue(batch[i].Due.UnixMilli())
+			}
 			continue
 		}
 		cmd, msg := "lpush", r
-		key := s.opts.Key
-		if batch[i].Action == engine.ActDeadLetter {
-			key = deadLetterKey(batch[i])
+		if batch[i].Action == engine.ActDelay {
+			cmd = "zadd"
 		}
 		if c, m, ok := strings.Cut(r, "\t"); ok { // "command<TAB>Redis's error"
 			cmd, msg = c, m
-			if cmd != "lpush" {
+			if cmd != "lpush" && cmd != "zadd" {
 				key = s.opts.Processing
 			}
 		}
@@ -235,6 +242,17 @@ func (s *Source) Release(st engine.Settlement) {
 }
 
 var _ engine.Releaser = (*Source)(nil)
+
+// copyKey is where a settlement's copy goes: the list, the dead-letter list or the delay queue.
+func (s *Source) copyKey(st engine.Settlement) string {
+	switch st.Action {
+	case engine.ActDeadLetter:
+		return deadLetterKey(st)
+	case engine.ActDelay:
+		return s.opts.DelayKey
+	}
+	return s.opts.Key
+}
 
 func deadLetterKey(st engine.Settlement) string {
 	if st.DeadLetterKey != "" {

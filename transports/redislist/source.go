@@ -84,6 +84,7 @@ type Source struct {
 	secrets []string
 	ready   atomic.Bool
 	conns   *redisconn.ConnWatch // reliable: a broken connection may have lost a BLMOVE reply
+	nextDue atomic.Int64         // durable_zset: unix ms of the earliest delayed copy known; 0 when none
 
 	// more is how many non-blocking LMOVEs follow a BLMOVE (reliable reads; Receive only). It
 	// adapts: it doubles while they all find an element and shrinks when the list runs dry, so
@@ -111,9 +112,10 @@ var (
 // done for it, so a batch the engine retries after a partial failure writes no copy twice.
 type token struct {
 	elem    string
-	counted bool // in Source.held
-	copied  bool // a copy written outside the settling MULTI (another slot) is in place
-	done    bool // settled
+	counted bool   // in Source.held
+	copied  bool   // a copy written outside the settling MULTI (another slot) is in place
+	member  string // the delay-queue member of a durable delay, once made
+	done    bool   // settled
 }
 
 // Element returns the exact bytes a delivery's element was read as, and false for a delivery
@@ -139,6 +141,10 @@ func New(client redis.UniversalClient, opts Options, log zerolog.Logger) (*Sourc
 		return nil, fmt.Errorf("redislist: list %q and processing list %q hash to different cluster slots; "+
 			"give them one {hash tag}", opts.Key, opts.Processing)
 	}
+	if opts.durable() && !redisconn.SameSlot(client, opts.Key, opts.DelayKey) {
+		return nil, fmt.Errorf("redislist: list %q and delay_key %q hash to different cluster slots; "+
+			"give them one {hash tag}", opts.Key, opts.DelayKey)
+	}
 	log = log.With().Str(engine.FieldKey, opts.Key).Logger()
 	secrets := redisconn.SecretsOf(client)
 	s := &Source{
@@ -159,10 +165,9 @@ func New(client redis.UniversalClient, opts Options, log zerolog.Logger) (*Sourc
 // Options returns the options in effect, defaults applied.
 func (s *Source) Options() Options { return s.opts }
 
-// Capabilities: a reliable list acknowledges (LREM); a simple list has nothing to settle.
-func (s *Source) Capabilities() engine.Capabilities {
-	return engine.Capabilities{Ack: s.opts.Reliable, Batch: s.opts.Batch}
-}
+// Capabilities: a reliable list acknowledges (LREM), and with durable_zset stores delays; a
+// simple list has nothing to settle.
+func (s *Source) Capabilities() engine.Capabilities { return s.opts.capabilities() }
 
 // Ready reports whether the last command of the read loop succeeded.
 func (s *Source) Ready() bool { return s.ready.Load() }
@@ -290,14 +295,19 @@ func (s *Source) read(ctx context.Context, limit int) ([]string, error) {
 	if !s.opts.Reliable {
 		return s.readSimple(ctx, limit)
 	}
+	if s.opts.durable() {
+		if err := s.moveDue(ctx); err != nil {
+			return nil, err
+		}
+	}
 	var (
 		first string
 		err   error
 	)
-	if s.opts.Block < time.Second {
-		first, err = s.client.Do(ctx, "blmove", s.opts.Key, s.opts.Processing, "RIGHT", "LEFT", blockSeconds(s.opts.Block)).Text()
+	if block := s.blockFor(); block < time.Second {
+		first, err = s.client.Do(ctx, "blmove", s.opts.Key, s.opts.Processing, "RIGHT", "LEFT", blockSeconds(block)).Text()
 	} else {
-		first, err = s.client.BLMove(ctx, s.opts.Key, s.opts.Processing, "RIGHT", "LEFT", s.opts.Block).Result()
+		first, err = s.client.BLMove(ctx, s.opts.Key, s.opts.Processing, "RIGHT", "LEFT", block).Result()
 	}
 	if errors.Is(err, redis.Nil) {
 		return nil, nil

@@ -21,6 +21,12 @@ was published to; it has no ` + "`id`" + `. ` + "`attempt`" + ` is ` + "`x-retry
 | ` + "`retry`" + ` | ` + "`PUBLISH`" + ` a copy to the channel (to ` + "`retry_to`" + ` for patterns), only when the pipeline declares ` + "`max_attempts`" + ` or ` + "`dead_letter`" + ` |
 | ` + "`retry_after(d)`" + ` | the same copy, held in the process until it is due |
 | dead letter | ` + "`XADD`" + ` to the ` + "`dead_letter`" + ` stream |
+
+## What a crash costs
+
+Pub/Sub has no ` + "`delayed_retry`" + ` mode: a ` + "`retry_after(d)`" + ` copy is held in the process until it is due, so
+a crash (` + "`kill -9`" + `) before then **loses it**, as it loses messages received and not yet handled; a clean
+stop (SIGINT, SIGTERM) publishes every held copy at once.
 `
 
 const pubsubExample = `redis "main" {

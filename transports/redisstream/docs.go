@@ -15,6 +15,16 @@ const settleStream = `| outcome | what flowrun does |
 | ` + "`retry`" + ` | ` + "`XADD`" + ` a copy (with ` + "`x-retry-count`" + ` one higher) to the same stream, then ` + "`XACK`" + ` the original, in one script |
 | ` + "`retry_after(d)`" + ` | by ` + "`delayed_retry`" + `: ` + "`\"runtime\"`" + ` acknowledges the original and holds the copy in the process until it is due; ` + "`\"durable_zset\"`" + ` ` + "`ZADD`" + `s it to ` + "`delay_key`" + ` and acknowledges the original |
 | dead letter | ` + "`XADD`" + ` to the ` + "`dead_letter`" + ` stream, then ` + "`XACK`" + ` |
+
+## What a crash costs
+
+- Any outcome not yet settled: nothing. The entry stays pending and this consumer re-reads it at
+  its next start.
+- ` + "`retry_after(d)`" + ` with ` + "`delayed_retry = \"runtime\"`" + ` (the default): the copy lives only in the process
+  once its original is acknowledged, so a crash (` + "`kill -9`" + `, a lost machine) before it is due **loses
+  it**; a clean stop (SIGINT, SIGTERM) writes every held copy at once, early rather than lost.
+- ` + "`retry_after(d)`" + ` with ` + "`delayed_retry = \"durable_zset\"`" + `: nothing. The copy is in ` + "`delay_key`" + ` before its
+  original is acknowledged, in one script, and comes back when due, after a restart too.
 `
 
 const settleClaiming = `| outcome | what flowrun does |
@@ -23,6 +33,12 @@ const settleClaiming = `| outcome | what flowrun does |
 | ` + "`retry`" + ` | nothing: the entry stays pending, and a claiming read takes it back once it has been idle ` + "`min_idle`" + `, same id, delivery count one higher |
 | ` + "`retry_after(d)`" + ` | the entry stays pending; a delay shorter than ` + "`min_idle`" + ` waits ` + "`min_idle`" + `, a longer one is honoured while this worker lives (it keeps the entry from looking idle until ` + "`d − min_idle`" + ` has passed) |
 | dead letter | ` + "`XADD`" + ` to the ` + "`dead_letter`" + ` stream, then ` + "`XACK`" + ` |
+
+## What a crash costs
+
+Nothing. A delivery not yet settled, a ` + "`retry`" + ` and a ` + "`retry_after(d)`" + ` all leave the entry pending in
+Redis (there is no runtime copy and no ` + "`delayed_retry`" + ` mode here): after ` + "`min_idle`" + ` any worker of the
+group claims it again, which after a crash can be before ` + "`d`" + ` is up.
 `
 
 const streamMessages = `An entry's field ` + "`payload`" + ` is the message's payload and every other field is a header, so an

@@ -21,11 +21,11 @@ import (
 
 func init() {
 	delay := []transports.PipelineAttr{
-		{AppliesTo: "stream sources (stream, claiming and reclaim)", Attr: schema.Attr{
+		{AppliesTo: "stream sources (stream, claiming and reclaim) and reliable list sources", Attr: schema.Attr{
 			Name: "delayed_retry", Type: "string", Default: schema.Value(DelayRuntime),
 			Doc: "Where `retry_after(d)` copies wait: `\"runtime\"` holds the copy in the process and writes it to the stream when due (a crash before then loses it; a clean stop writes every held copy at once); `\"durable_zset\"` adds it to the sorted set `delay_key`, scored by its due time, and every read first moves due copies back onto the stream with one Lua script.",
 		}},
-		{AppliesTo: "stream sources (stream, claiming and reclaim)", Attr: schema.Attr{
+		{AppliesTo: "stream sources (stream, claiming and reclaim) and reliable list sources", Attr: schema.Attr{
 			Name: "delay_key", Type: "string", Default: "`\"<stream>" + DelayKeySuffix + "\"`",
 			Doc: "The sorted set of `delayed_retry = \"durable_zset\"`; only valid with it. In a Redis Cluster it must hash to the stream's slot (use a `{hash tag}`).",
 		}},

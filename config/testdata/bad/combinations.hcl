@@ -34,7 +34,7 @@ pipeline "list" {
     reliable   = false
     processing = "k:p"
   }
-  delayed_retry = "runtime"
+  delayed_retry = "durable_zset"
   delay_key     = "k:delayed"
   rule "r" {
     outcome = "ack"
