@@ -25,10 +25,10 @@ type command struct {
 // commands are flowrun's commands in the order `flowrun help` lists them.
 var commands = []command{
 	{"run", "[flags] [PATH...]", "load, validate and run pipelines until a stop signal or the end of finite input; SIGHUP reloads the files",
-		"flowrun run --pipeline payouts --http-addr :9090 examples/",
+		"flowrun run --pipeline payouts --http-addr 127.0.0.1:9090 examples/",
 		"0 clean stop; 1 config or usage error (nothing started); 2 runtime failure"},
 	{"validate", "[--json] [PATH...]", "check configuration without connecting anywhere; print ok: N pipelines",
-		"flowrun validate --json examples/orders.hcl",
+		"flowrun validate --json examples/quickstart.hcl",
 		"0 valid (warnings included); 1 invalid"},
 	{"fmt", "[-check] [-diff] [PATH...]", "rewrite files in canonical HCL layout",
 		"flowrun fmt -diff examples/",

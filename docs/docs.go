@@ -178,6 +178,28 @@ const (
 
 func sourcePath(kind string) string { return "sources/" + kind + ".md" }
 
+// guides are the hand-written pages, in the order the index lists them; docs/pages_test.go checks
+// that every page under docs/ is reachable from the index.
+var guides = []struct{ path, title, what string }{
+	{"commands.md", "Commands", "what each command does, the flags of `run`, what a config error looks like"},
+	{"configuration.md", "Configuration in brief", "the shape of a file, Redis Cluster keys, records, two things to know about rules"},
+	{"settlement.md", "Sources and how they settle", "per source kind, what each outcome does in Redis; attempts, caps, dead letters and delays; failed settlements"},
+	{"flow-control.md", "Flow control", "`concurrency_key`, `throttle` and `dedupe`, and the keys they keep in Redis"},
+	{"operating.md", "Operating flowrun", "logs, metrics, progress, stopping, reload, Redis faults, retention, memory, Redis connections"},
+	{"inspecting-and-redriving.md", "Inspecting and redriving", "`flowrun inspect`, `flowrun dlq list|redrive|purge` and `--where`"},
+	{"status-page.md", "The status page", "what `--http-addr` serves at `/`, and its JSON API"},
+	{"autoscaling-and-alerts.md", "Autoscaling and alerts", "a KEDA ScaledObject and alerts on flowrun's gauges"},
+	{"tracing.md", "Tracing (OpenTelemetry)", "spans, propagation, cost, and how to look at the traces"},
+	{"go-handlers.md", "Go handlers", "the built-in `log`, `http` and `exec` handlers, and writing your own"},
+	{"config-tests.md", "Config tests", "`test` blocks, mocks and `flowrun test`"},
+	{"lint-warnings.md", "Lint warnings", "what `validate` warns about"},
+	{"corner-cases.md", "Behaviour in corner cases", "what happens at the edges"},
+	{"acl.md", "ACL: the commands flowrun sends", "`ACL SETUSER` lines per source kind and option"},
+	{"recovery-bounds.md", "Recovery bounds", "what a Redis restart or failover costs, measured"},
+	{"benchmarks.md", "Benchmarks", "how flowrun is measured against a plain go-redis consumer, and the current numbers"},
+	{"architecture.md", "Architecture", "the packages and the path of a message"},
+}
+
 func (g *gen) index() {
 	p := g.newPage("README.md")
 	p.s("# flowrun documentation\n\n")
@@ -193,8 +215,10 @@ func (g *gen) index() {
 		p.f("- [`%s`](%s): %s.\n", k.Name, p.link(sourcePath(k.Name)), k.Summary)
 	}
 	p.s("\n")
-	p.f("Operating guides: [the status page](%s), [autoscaling and alerts](%s), [tracing](%s).\n",
-		p.link("status-page.md"), p.link("autoscaling-and-alerts.md"), p.link("tracing.md"))
+	p.s("Guides, written by hand:\n\n")
+	for _, gd := range guides {
+		p.f("- [%s](%s): %s.\n", gd.title, p.link(gd.path), gd.what)
+	}
 	p.done()
 }
 
@@ -541,7 +565,7 @@ pipeline "jobs" {
 }
 `
 	p.s("## A standalone server\n\n")
-	p.para("`redis://HOST:PORT/DB`; the user and password may be in the URL or, better, in `username` and `password`, which override the URL's. The README lists [the commands to grant](../README.md#acl-the-commands-flowrun-sends) an ACL user, per source kind and option.")
+	p.para("`redis://HOST:PORT/DB`; the user and password may be in the URL or, better, in `username` and `password`, which override the URL's. [ACL](acl.md) lists the commands to grant an ACL user, per source kind and option.")
 	p.example("standalone", `redis "main" {
   url      = env("REDIS_URL", "redis://127.0.0.1:6379/0")
   username = "flowrun" # an ACL user

@@ -19,12 +19,12 @@ import (
 	"github.com/flowrun/flowrun/internal/redistest"
 )
 
-// SPEC §10 "ACL": each Redis source kind runs as a user granted exactly the README's lines for it
+// SPEC §10 "ACL": each Redis source kind runs as a user granted exactly the lines of docs/acl.md for it
 // and for the options its pipeline uses (a dead letter, a rule emit, durable delays), and Redis's
 // ACL LOG must stay empty: a command flowrun sends that the lines lack is denied and logged there
 // even where go-redis swallows the error (CLIENT SETINFO) or a script calls it. The lines are read
-// from the README's section "ACL: the commands flowrun sends", so the README cannot drift from
-// what flowrun sends.
+// from docs/acl.md, "ACL: the commands flowrun sends", so that page cannot drift from what
+// flowrun sends.
 //
 // Every pipeline reads "jobs" (group "jobs", consumer "w1") with the same rules (aclRules):
 // "dead" always retries and so reaches the dead letter "jobs.dlq" at max_attempts = 2, "again"
@@ -129,13 +129,13 @@ var (
 	aclReadmeErr   error
 )
 
-// aclReadme returns the ACL lines of the README's section "ACL: the commands flowrun sends": in
-// its code blocks, a comment line "# LABEL" followed by "ACL SETUSER USER RULE...". It maps each
+// aclReadme returns the ACL lines of docs/acl.md, "ACL: the commands flowrun sends": in its code
+// blocks, a comment line "# LABEL" followed by "ACL SETUSER USER RULE...". It maps each
 // label to its rules.
 func aclReadme(t *testing.T) map[string][]string {
 	t.Helper()
 	aclReadmeOnce.Do(func() {
-		f, err := os.Open("../README.md")
+		f, err := os.Open("../docs/acl.md")
 		if err != nil {
 			aclReadmeErr = err
 			return
@@ -148,8 +148,8 @@ func aclReadme(t *testing.T) map[string][]string {
 		for sc.Scan() {
 			line := sc.Text()
 			switch {
-			case strings.HasPrefix(line, "## "):
-				in = line == "## ACL: the commands flowrun sends"
+			case !fence && strings.HasPrefix(line, "# "):
+				in = line == "# ACL: the commands flowrun sends"
 				continue
 			case !in:
 				continue
@@ -165,17 +165,17 @@ func aclReadme(t *testing.T) map[string][]string {
 			}
 		}
 		if aclReadmeErr = sc.Err(); aclReadmeErr == nil && len(lines) == 0 {
-			aclReadmeErr = fmt.Errorf("README.md has no ACL lines")
+			aclReadmeErr = fmt.Errorf("docs/acl.md has no ACL lines")
 		}
 		aclReadmeLines = lines
 	})
 	if aclReadmeErr != nil {
-		t.Fatalf("reading the README's ACL lines: %v", aclReadmeErr)
+		t.Fatalf("reading the ACL lines of docs/acl.md: %v", aclReadmeErr)
 	}
 	return aclReadmeLines
 }
 
-// grant (re)creates user with exactly the README's lines "every connection" (and "every
+// grant (re)creates user with exactly the lines of docs/acl.md "every connection" (and "every
 // connection, Redis 7.2 or newer" on such a server), the lines labelled labels, and extra rules.
 func (e *aclEnv) grant(user string, labels []string, extra ...string) {
 	e.t.Helper()
@@ -188,7 +188,7 @@ func (e *aclEnv) grant(user string, labels []string, extra ...string) {
 	for _, l := range append(all, labels...) {
 		rs, ok := readme[l]
 		if !ok {
-			e.t.Fatalf("the README has no ACL line labelled %q", l)
+			e.t.Fatalf("docs/acl.md has no ACL line labelled %q", l)
 		}
 		for _, r := range rs {
 			if r == ">PASSWORD" {
@@ -203,12 +203,12 @@ func (e *aclEnv) grant(user string, labels []string, extra ...string) {
 	}
 }
 
-// rules returns the README line labelled label, for a test that grants it changed.
+// rules returns the line of docs/acl.md labelled label, for a test that grants it changed.
 func (e *aclEnv) rules(label string) []string {
 	e.t.Helper()
 	rs, ok := aclReadme(e.t)[label]
 	if !ok {
-		e.t.Fatalf("the README has no ACL line labelled %q", label)
+		e.t.Fatalf("docs/acl.md has no ACL line labelled %q", label)
 	}
 	return append([]string(nil), rs...)
 }
@@ -266,7 +266,7 @@ func (e *aclEnv) checkCalled(cmds ...string) {
 func (e *aclEnv) checkClean(stderr string) {
 	e.t.Helper()
 	if d := e.denials(); len(d) > 0 {
-		e.t.Errorf("Redis refused commands the README's lines do not grant:\n  %s", strings.Join(d, "\n  "))
+		e.t.Errorf("Redis refused commands the lines of docs/acl.md do not grant:\n  %s", strings.Join(d, "\n  "))
 	}
 	if strings.Contains(strings.ToUpper(stderr), "NOPERM") || strings.Contains(stderr, "no permissions") {
 		e.t.Errorf("flowrun logged a permission error:\n%s", aclGrep(stderr, "NOPERM", "no permissions"))
@@ -342,7 +342,7 @@ func aclStop(t *testing.T, p *proc) {
 }
 
 // inspectAndList runs flowrun inspect and flowrun dlq list as the user flowrun-admin, granted
-// the README's lines "flowrun inspect" and "flowrun dlq list" (read-only key patterns), and
+// the lines of docs/acl.md "flowrun inspect" and "flowrun dlq list" (read-only key patterns), and
 // returns the config it wrote, for a redrive.
 func (e *aclEnv) inspectAndList(source string, wantDead int64) string {
 	e.t.Helper()
@@ -366,7 +366,7 @@ func (e *aclEnv) inspectAndList(source string, wantDead int64) string {
 	return cfg
 }
 
-// redrive runs flowrun dlq redrive as flowrun-admin, granted the README's line label as well.
+// redrive runs flowrun dlq redrive as flowrun-admin, granted the line of docs/acl.md label as well.
 func (e *aclEnv) redrive(cfg, label string, want int) {
 	e.t.Helper()
 	e.grant(aclAdmin, []string{"flowrun inspect", "flowrun dlq list", label})
@@ -406,7 +406,7 @@ func TestACLStream(t *testing.T) {
 }
 
 // TestACLFlowControl: a stream pipeline with concurrency_key, a throttle that binds and dedupe
-// (SPEC §13) runs as a user granted the source's lines and exactly the README's flow-control
+// (SPEC §13) runs as a user granted the source's lines and exactly the flow-control
 // line: leases, claims and throttle windows under flowrun:{jobs}:, the scripts loaded by the
 // user itself on a fresh server.
 func TestACLFlowControl(t *testing.T) {
@@ -674,7 +674,7 @@ func TestACLDeadLetterNotWritable(t *testing.T) {
 	}
 	for _, x := range entries {
 		if x.Object != "jobs.dlq" {
-			t.Errorf("Redis refused %s %q (context %s) too: not in the README's lines", x.Reason, x.Object, x.Context)
+			t.Errorf("Redis refused %s %q (context %s) too: not in the lines of docs/acl.md", x.Reason, x.Object, x.Context)
 		}
 	}
 }

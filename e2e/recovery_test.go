@@ -158,7 +158,7 @@ func (e *recEnv) settled(list bool) {
 	})
 }
 
-// duplicates counts payloads copied more than once (at-least-once allows them; the README
+// duplicates counts payloads copied more than once (at-least-once allows them; docs/recovery-bounds.md
 // states what each fault may cost).
 func (e *recEnv) duplicates() int {
 	seen, _ := e.done()

@@ -126,7 +126,7 @@
 // The context is not cancelled by the stop signal: after a stop, in-flight handlers may finish
 // within the pipeline's shutdown_timeout, and the context is cancelled only when that grace runs
 // out. Pass it to every call that can block, and return soon after it is done (a retry is the
-// honest outcome then). When flowrun exports traces (README, "Tracing"), the context carries the
+// honest outcome then). When flowrun exports traces (docs/tracing.md), the context carries the
 // delivery's handler span: trace.SpanFromContext(ctx) (go.opentelemetry.io/otel/trace) to add
 // events or attributes, otel.GetTextMapPropagator().Inject to pass traceparent to your own
 // clients; without tracing both are no-ops. Emitted messages get their traceparent from flowrun.

@@ -15,7 +15,7 @@ import (
 // builtin, which imports every transport by design.
 var shared = map[string]bool{"redisconn": true, "streamdlq": true, "transporttest": true, "builtin": true}
 
-// TestTransportsImportNoTransport: no transport package imports another (README "Architecture":
+// TestTransportsImportNoTransport: no transport package imports another (docs/architecture.md:
 // a new transport touches one package), and no shared helper imports a transport, which would
 // be the same coupling one step removed. Every other directory under transports/ counts as a
 // transport, so a new one is checked without editing this test. Test files are not checked.

@@ -2,8 +2,8 @@
 // that sends the same Redis commands, on the same redis-server, in the same run. It prints both
 // rates, their ratio, flowrun's peak RSS and Redis's CPU time per message, and for the latency
 // workload p50/p99/p99.9 of the time from XADD to handler at a fixed offered rate, with the
-// handler only acknowledging (latency) and emitting to a stream (latency-emit). See README.md,
-// "Benchmark", for what each side of each workload sends.
+// handler only acknowledging (latency) and emitting to a stream (latency-emit). See docs/benchmarks.md,
+// "Workloads", for what each side of each workload sends.
 //
 //	go run ./e2e/bench                               # every workload, 200,000 entries each
 //	go run ./e2e/bench -workload rules,list -n 50000

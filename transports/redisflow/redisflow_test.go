@@ -231,7 +231,7 @@ func TestCluster(t *testing.T) {
 	same(t, "cluster", got, A, W, A)
 }
 
-// The README's ACL line for flow control is exactly enough: every kind of round runs as a user
+// The ACL line for flow control (docs/acl.md) is exactly enough: every kind of round runs as a user
 // granted only it, and ACL LOG stays empty.
 func TestACLLine(t *testing.T) {
 	srv, admin := redistest.Fresh(t)

@@ -28,7 +28,7 @@ return 1
 // hygiene runs the retention tasks until ctx ends. A failing pass changes nothing a delivery
 // depends on (at worst the stream is trimmed later): it is tried again at the next tick, and
 // logged at warn once when passes start failing (a NOPERM names the command: grant it, see the
-// README's ACL lines) and once when they work again.
+// ACL lines of docs/acl.md) and once when they work again.
 func (s *Source) hygiene(ctx context.Context) {
 	t := time.NewTicker(HygieneEvery)
 	defer t.Stop()

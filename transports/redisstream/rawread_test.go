@@ -202,7 +202,7 @@ func TestRawAutoClaim(t *testing.T) {
 	}
 }
 
-// A user whose ACL refuses PING (the README's ACL section grants it, not every setup does)
+// A user whose ACL refuses PING (docs/acl.md grants it, not every setup does)
 // still reads bare: a refusal is an answer, so go-redis has set the connection up.
 func TestRawReadsWithoutPing(t *testing.T) {
 	e := newOwnEnv(t)
