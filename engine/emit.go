@@ -42,6 +42,7 @@ func (s *settler) emit(decs []Decision) {
 		return
 	}
 	failed := map[int]error{}
+	cause := map[int]Fault{} // the first fault of each failed delivery, for the log and the count
 	for _, t := range targets {
 		msgs, owner := t.msgs, t.owner
 		if len(failed) > 0 {
@@ -67,6 +68,13 @@ func (s *settler) emit(decs []Decision) {
 		for _, f := range faults {
 			if _, ok := failed[owner[f.Index]]; !ok {
 				failed[owner[f.Index]] = fmt.Errorf("emit %s %s: %w", t.target.Kind, msgs[f.Index].Key, f)
+				if f.Command == "" {
+					f.Command = "emit " + t.target.Kind
+				}
+				if f.Key == "" {
+					f.Key = msgs[f.Index].Key
+				}
+				cause[owner[f.Index]] = f
 			}
 		}
 	}
@@ -77,7 +85,8 @@ func (s *settler) emit(decs []Decision) {
 			continue
 		}
 		del := d.Settlement.Delivery
-		if err, bad := failed[i]; bad {
+		err, bad := failed[i]
+		if bad {
 			hadHold := d.Hold != nil
 			span := d.Span
 			*d = s.r.policy.Decide(del, Retry(), err, now)
@@ -89,8 +98,37 @@ func (s *settler) emit(decs []Decision) {
 			}
 		}
 		d.Emits = nil
-		s.r.logDecision(del, *d, d.Cause)
+		if bad {
+			s.refusedWrite(d, cause[i])
+		}
+		s.r.logDecisionAt(del, *d, d.Cause, bad)
 	}
+}
+
+// refusedWrite counts a delivery whose emit Redis refused (an OOM, a NOPERM) and logs it as a
+// settlement failure is logged: the first of each command, key and reason per interval, with
+// Redis's own text and how many like it were not logged since (SPEC §10).
+func (s *settler) refusedWrite(d *Decision, f Fault) {
+	s.r.metrics.SettleFailure(f.Reason)
+	logIt, suppressed := s.refused.Note(faultKey{f.Command, f.Key, f.Reason}, time.Now())
+	if !logIt {
+		return
+	}
+	ev := s.r.log.Warn()
+	if f.Permanent {
+		ev = s.r.log.Error()
+	}
+	ev = ev.Err(f.Err).Str("command", f.Command).Str(FieldKey, f.Key).Str("reason", f.Reason).Int("suppressed", suppressed)
+	s.delivery(ev, *d).Msg("emit refused: the delivery is retried; like refusals are logged once per interval and counted in flowrun_settle_failures_total")
+}
+
+// refusedInterval is how often a refused write of one command, key and reason is logged: the
+// progress interval, or 30s when progress lines are off.
+func refusedInterval(progress time.Duration) time.Duration {
+	if progress <= 0 {
+		return 30 * time.Second
+	}
+	return progress
 }
 
 // emitSpans begins a producer span per message whose delivery is traced (each message then

@@ -506,11 +506,22 @@ func (r *runner) decide(ctx context.Context, d *Delivery, span Span) Decision {
 	return dec
 }
 
+// logDecision counts a decision and logs it: at warn when the handler failed or the delivery was
+// dead-lettered or rejected, else at debug.
 func (r *runner) logDecision(d *Delivery, dec Decision, err error) {
+	r.logDecisionAt(d, dec, err, false)
+}
+
+// logDecisionAt is logDecision; refused says err is a write Redis refused, already logged once
+// per interval (settler.refusedWrite): the delivery's own line is then at debug, unless it was
+// dead-lettered.
+func (r *runner) logDecisionAt(d *Delivery, dec Decision, err error, refused bool) {
 	r.metrics.Outcome(dec.Label)
 	r.tally.outcome(dec.Label)
 	var ev *zerolog.Event
 	switch {
+	case refused && err != nil && dec.Label != LabelDeadLetter:
+		ev = r.log.Debug().Err(err)
 	case err != nil:
 		ev = r.log.Warn().Err(err)
 		if pe := (*PanicError)(nil); errors.As(err, &pe) {

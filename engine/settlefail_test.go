@@ -418,3 +418,54 @@ func TestSettleBatchFollowsSourceBatch(t *testing.T) {
 		t.Fatalf("settle call sizes %v, want [1 %d]: the rest in one call", src.sizes, n-1)
 	}
 }
+
+// oomSink refuses every write the way a Redis at maxmemory does.
+type oomSink struct{}
+
+func (oomSink) Publish(_ context.Context, msgs ...*Message) error {
+	var se SettleError
+	for i, m := range msgs {
+		se.Add(Fault{Index: i, Command: "xadd", Key: m.Key, Reason: "oom",
+			Err: errors.New("OOM command not allowed when used memory > 'maxmemory'.")})
+	}
+	return se.Err()
+}
+
+// A write Redis refuses for an emit (SPEC §10 "Settlement failures") makes its delivery a retry,
+// counted per message, and is logged once per command, key and reason per interval with Redis's
+// own text, never a line per message. (e2e TestFullRedis: the retries are written once memory
+// is freed.)
+func TestRefusedEmitsAreLoggedOncePerInterval(t *testing.T) {
+	const n = 300
+	src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: deliveries(n), batch: 50}
+	sink := oomSink{}
+	p := pipeline(src, func(_ context.Context, d *Delivery) Result {
+		return Result{Outcome: Ack(), Emits: []Emit{{Target: Target{Kind: "stream"}, Message: &Message{Key: "out"}}}}
+	})
+	var logs syncBuf
+	p.Logger = zerolog.New(&logs).Level(zerolog.InfoLevel)
+	m := &failMetrics{}
+	err := run(t, context.Background(), Options{Metrics: m, Progress: time.Hour, Sinks: func(Target) (Sink, error) { return sink, nil }}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.count("oom"); got < n {
+		t.Errorf("refused emits counted %d, want at least %d (one per message)", got, n)
+	}
+	out := logs.String()
+	if c := strings.Count(out, "emit refused"); c != 1 {
+		t.Errorf("refused emits logged %d times, want once per interval:\n%.2000s", c, out)
+	}
+	if c := strings.Count(out, "handler failed"); c != 0 {
+		t.Errorf(`%d "handler failed" lines for refused emits, want none`, c)
+	}
+	if !strings.Contains(out, `"command":"xadd","key":"out","reason":"oom"`) || !strings.Contains(out, "OOM command not allowed") {
+		t.Errorf("log lacks the command, key, reason or Redis's text:\n%.2000s", out)
+	}
+	settled, _, _ := src.snapshot()
+	for _, st := range settled {
+		if st.Action == ActAck {
+			t.Fatalf("delivery %s acknowledged although its emit was refused", st.Delivery.ID)
+		}
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/internal/faultlog"
 )
 
 // minSettleBatch is the least a settle call may carry; a pipeline's own bound is its source's
@@ -49,12 +51,16 @@ type settler struct {
 	wait    time.Duration // the current backoff
 	failing bool          // a transient failure is being retried (logged once)
 	logged  map[faultKey]struct{}
+	// refused decides which refused emits are logged: one line per command, key and reason per
+	// progress interval, never one per message (SPEC §10 "Settlement failures").
+	refused *faultlog.Log[faultKey]
 }
 
 type faultKey struct{ command, key, reason string }
 
 func newSettler(r *runner, stop, grace context.Context, gate *holdGate, most int) *settler {
-	return &settler{r: r, stop: stop, grace: grace, gate: gate, max: most, logged: map[faultKey]struct{}{}}
+	return &settler{r: r, stop: stop, grace: grace, gate: gate, max: most, logged: map[faultKey]struct{}{},
+		refused: faultlog.New[faultKey](refusedInterval(r.e.opts.Progress))}
 }
 
 // run consumes decisions until the channel closes, then writes the held copies: at once after a
