@@ -586,6 +586,7 @@ pipeline "jobs" {
     server_name = "redis.internal"
   }
 }`+pipeline)
+	p.para("A failed handshake at start is a configuration problem: `flowrun run`, `inspect` and `dlq` exit 2 naming the redis block and what went wrong (an untrusted certificate, a name mismatch, a refused or missing client certificate), and flowrun never falls back to plaintext. A `rediss://` url or `tls {}` block pointed at a port that speaks plaintext leaves the handshake unanswered (Redis reads the TLS greeting as the start of a command); flowrun then sends a plain `PING` to the address, and when the server answers exits 2 with `redis \"NAME\": TLS handshake failed: the server did not answer the TLS handshake: is it a plaintext port?`, rather than waiting for a server that will never answer.")
 	p.s("## Redis Cluster\n\n")
 	p.para("`cluster` lists seed nodes; the slot map is learned from them and refreshed on `MOVED`, `CLUSTERDOWN` and connection errors. Keys that flowrun moves between in one command or script must hash to one slot, and `flowrun validate` checks that from the files alone: a `durable_zset` stream and its `delay_key`, a reliable list's `key` and `processing`, and a `durable_zset` list's `key` and `delay_key`. Use a `{hash tag}`: Redis hashes only the text between the first `{` and the next `}`.")
 	p.example("cluster", `redis "cluster" {

@@ -137,3 +137,52 @@ pipeline "secure" {
 		})
 	}
 }
+
+// TestRedisTLSToPlaintextPortExit2: a rediss:// url pointed at a plaintext redis-server (with a
+// password, so its plain answer is -NOAUTH) is a configuration problem at start: run, inspect
+// and dlq list exit 2 within seconds, naming it, and never take it for a server to wait for.
+func TestRedisTLSToPlaintextPortExit2(t *testing.T) {
+	t.Parallel()
+	const pw = "plain-s3cret-pw"
+	srv := redistest.Start(t, "--requirepass", pw)
+	cfg := writeFile(t, t.TempDir(), "plain.hcl", fmt.Sprintf(`redis "main" {
+  url      = "rediss://%s/0"
+  password = %q
+}
+
+pipeline "jobs" {
+  source "list" {
+    key   = "jobs"
+    block = "100ms"
+  }
+  dead_letter = "jobs.dlq"
+  rule "ok" {
+    outcome = "ack"
+  }
+}
+`, srv.Addr, pw))
+	for _, args := range [][]string{{"run", cfg}, {"inspect", cfg}, {"dlq", "list", "jobs", cfg}} {
+		t.Run(args[0], func(t *testing.T) {
+			began := time.Now()
+			r := flowrun(t, "", args...)
+			took := time.Since(began)
+			if r.code != 2 {
+				t.Fatalf("flowrun %s exited %d, want 2; stderr:\n%s", args[0], r.code, r.stderr)
+			}
+			if took > 10*time.Second {
+				t.Errorf("exited after %s, want within a few seconds", took)
+			}
+			const want = "the server did not answer the TLS handshake: is it a plaintext port?"
+			if !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, `redis \"main\"`) && !strings.Contains(r.stderr, `redis "main"`) {
+				t.Errorf("stderr does not name the redis block and the problem (%q):\n%s", want, r.stderr)
+			}
+			if strings.Contains(r.stderr, "flowrun started") || strings.Contains(r.stderr, "not reachable") {
+				t.Errorf("the plaintext port was taken for a server to wait for:\n%s", r.stderr)
+			}
+			if strings.Contains(r.stderr+r.stdout, pw) {
+				t.Errorf("the password is in the output:\n%s", r.stderr)
+			}
+			t.Logf("%s: exit 2 after %s", args[0], took.Round(time.Millisecond))
+		})
+	}
+}

@@ -187,8 +187,18 @@ func (t *TLSOptions) config() (*tls.Config, error) {
 
 // Ping checks that the server answers, returning an error safe to log (passwords redacted).
 // IsAuthError still recognises a wrong password through the wrapping.
+//
+// A TLS client whose ping failed for no reason of its own (no TLS alert, no certificate error:
+// typically the handshake timed out) probes its addresses without TLS: one that answers a plain
+// PING makes the error a PlaintextPortError, which TLSProblem names (SPEC §10: a handshake
+// failure at start exits 2 naming it), rather than a server to wait for.
 func Ping(ctx context.Context, c redis.UniversalClient) error {
 	if err := c.Ping(ctx).Err(); err != nil {
+		if !IsConfigError(err) {
+			if perr := probePlaintext(c, err); perr != nil {
+				err = perr
+			}
+		}
 		return RedactError(fmt.Errorf("redisconn: ping: %w", err), SecretsOf(c)...)
 	}
 	return nil

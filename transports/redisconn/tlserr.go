@@ -1,12 +1,83 @@
 package redisconn
 
 import (
+	"bufio"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 )
+
+// PlaintextProblem is what TLSProblem says of a TLS client pointed at a plaintext port.
+const PlaintextProblem = "the server did not answer the TLS handshake: is it a plaintext port?"
+
+// PlaintextPortError is a ping over TLS that failed (a handshake timeout, typically: Redis reads
+// a ClientHello as the start of an inline command and waits for its end) against an address
+// that answers a plain PING: a rediss:// url or a tls {} block pointed at a plaintext port.
+type PlaintextPortError struct {
+	Addr string
+	Err  error // the ping's own error
+}
+
+func (e *PlaintextPortError) Error() string {
+	return fmt.Sprintf("%s answers without TLS: %v", e.Addr, e.Err)
+}
+
+func (e *PlaintextPortError) Unwrap() error { return e.Err }
+
+// plaintextProbeTimeout bounds the probe of one address.
+const plaintextProbeTimeout = time.Second
+
+// probePlaintext is run when a TLS client's ping failed for no reason TLSProblem knows: it
+// sends a plain PING to each of the client's addresses and returns a PlaintextPortError for
+// the first that answers in RESP. Nil when the client has no TLS or nothing answers so.
+func probePlaintext(c redis.UniversalClient, pingErr error) error {
+	var addrs []string
+	switch c := c.(type) {
+	case *redis.Client:
+		if o := c.Options(); o.TLSConfig != nil && o.Network != "unix" {
+			addrs = []string{o.Addr}
+		}
+	case *redis.ClusterClient:
+		if o := c.Options(); o.TLSConfig != nil {
+			addrs = o.Addrs
+		}
+	}
+	for _, addr := range addrs {
+		if answersPlaintext(addr) {
+			return &PlaintextPortError{Addr: addr, Err: pingErr}
+		}
+	}
+	return nil
+}
+
+// answersPlaintext reports whether addr answers "PING\r\n" with a RESP reply (+PONG, or an
+// error such as -NOAUTH), as a Redis server without TLS on that port does.
+func answersPlaintext(addr string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), plaintextProbeTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(plaintextProbeTimeout))
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil || len(line) < 3 {
+		return false
+	}
+	return (line[0] == '+' || line[0] == '-') && strings.HasSuffix(line, "\r\n")
+}
 
 // TLSProblem reports whether err is a failed TLS handshake or certificate check and, when it
 // is, says in a few words what went wrong and which tls {} setting to look at. Such a failure
@@ -24,7 +95,10 @@ func TLSProblem(err error) (string, bool) {
 		header    tls.RecordHeaderError
 		op        *net.OpError
 	)
+	var plain *PlaintextPortError
 	switch {
+	case errors.As(err, &plain):
+		return PlaintextProblem, true
 	case errors.As(err, &unknownCA):
 		return "the server's certificate is signed by an authority that is not trusted (check tls.ca_file)", true
 	case errors.As(err, &hostname):
@@ -35,7 +109,9 @@ func TLSProblem(err error) (string, bool) {
 	case errors.As(err, &verify):
 		return "the server's certificate could not be verified", true
 	case errors.As(err, &header):
-		return "the server did not answer in TLS (is this its TLS port?)", true
+		// A plaintext server answered the ClientHello as a command: "first record does not
+		// look like a TLS handshake".
+		return PlaintextProblem, true
 	case errors.As(err, &op) && op.Op == "remote error":
 		// The server's TLS alert, e.g. "tls: certificate required" (TLS 1.3, no client
 		// certificate sent) or "tls: bad certificate" (one it does not accept).
