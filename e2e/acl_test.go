@@ -499,6 +499,26 @@ func TestACLReliableList(t *testing.T) {
 	}
 }
 
+// TestACLReliableListDurable: a reliable list with durable delays, a dead letter and an emit to
+// a list, granted its source's line and the durable_zset line: the delay queue is used, and
+// ends empty with the processing list.
+func TestACLReliableListDurable(t *testing.T) {
+	e := newACLEnv(t)
+	e.grant(aclUser, []string{`source "list", reliable`, "dead_letter, lists", `delayed_retry = "durable_zset"`, `emit "list"`})
+	source := "  source \"list\" {\n    key      = \"jobs\"\n    consumer = \"w1\"\n    block    = \"100ms\"\n  }"
+	cfg := e.config("flow", aclUser, source, "  delayed_retry = \"durable_zset\"\n", aclRules("list", "jobs.out"))
+	e.lpushAll()
+	p := start(t, "run", cfg)
+	eventually(t, aclDeadline, "every message emitted or dead-lettered, nothing processing or delayed", func() bool {
+		return e.llen("jobs.out") == aclEmits && e.llen("jobs.dlq") == aclDead && e.llen("jobs") == 0 &&
+			e.llen("jobs:processing:w1") == 0 && e.admin.ZCard(e.ctx, "jobs:delayed").Val() == 0
+	})
+	aclStop(t, p)
+	e.checkClean(p.err.String())
+	e.checkCalled("zadd", "evalsha", "zrangebyscore") // the delay queue was used
+	e.inspectAndList(source, aclDead)
+}
+
 // TestACLSimpleList: a list with reliable = false (BRPOP), a dead letter and an emit to a list.
 func TestACLSimpleList(t *testing.T) {
 	e := newACLEnv(t)
