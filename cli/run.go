@@ -110,7 +110,8 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 		fmt.Fprintf(stdio.Err, "flowrun run: --progress-interval must not be negative\n")
 		return ExitConfig
 	}
-	eng := engine.New(engine.Options{Sinks: w.sink, Metrics: metrics, Progress: f.progress}, pipelines...)
+	eng := engine.New(engine.Options{Sinks: w.sink, Metrics: metrics, Progress: f.progress,
+		DeadLettered: metrics.sources.deadLettered}, pipelines...)
 	rl := &reloader{paths: paths, opts: opts, names: f.pipelines, eng: eng, w: w, metrics: metrics, log: logger, selected: selected}
 	for _, p := range selected {
 		rl.stdinRead = rl.stdinRead || readsStdin(p)

@@ -27,7 +27,16 @@ type sourceGauges struct {
 	mu   sync.Mutex
 	last map[string]sourceSample // by pipeline
 	poke chan struct{}           // a sample soon, out of turn (after a redrive or purge)
+
+	// A dead letter written asks for a sample at once, at most one a second (resampleEvery):
+	// one asked for within the second after the last is taken when that second is over.
+	dlMu     sync.Mutex
+	dlLast   time.Time
+	dlQueued bool
 }
+
+// resampleEvery bounds the samples dead letters ask for.
+const resampleEvery = time.Second
 
 // sourceSample is one pipeline's numbers and when they were read.
 type sourceSample struct {
@@ -70,6 +79,29 @@ func (g *sourceGauges) refresh() {
 	case g.poke <- struct{}{}:
 	default:
 	}
+}
+
+// deadLettered is the engine's hook after a dead letter was written (engine.Options): a sample
+// now, or at the end of the second since the last one it asked for. It never blocks.
+func (g *sourceGauges) deadLettered(string) {
+	g.dlMu.Lock()
+	defer g.dlMu.Unlock()
+	if g.dlQueued {
+		return // the one already due will see this letter too
+	}
+	wait := time.Until(g.dlLast.Add(resampleEvery))
+	if wait <= 0 {
+		g.dlLast = time.Now()
+		g.refresh()
+		return
+	}
+	g.dlQueued = true
+	time.AfterFunc(wait, func() {
+		g.dlMu.Lock()
+		g.dlQueued, g.dlLast = false, time.Now()
+		g.dlMu.Unlock()
+		g.refresh()
+	})
 }
 
 // sample reads every pipeline whose source can tell (transports.Inspector) once the sources are

@@ -35,6 +35,10 @@ type Options struct {
 	// Progress is how often a pipeline that handles anything logs a progress line at info
 	// (SPEC §10); 0: never. A finite source ends with a summary line either way.
 	Progress time.Duration
+	// DeadLettered, when set, is called by a pipeline's settler right after Redis took one or
+	// more of its dead letters (once per settle call, with the pipeline's name), so a reader of
+	// the dead-letter length (the status page) can look again at once. It must not block.
+	DeadLettered func(pipeline string)
 }
 
 // Engine runs pipelines: a set given to New, changed while it runs by Start and Stop (a reload,

@@ -343,13 +343,14 @@ func (s *settler) settled(decs []Decision) {
 		s.wait = 0
 		s.r.log.Info().Msg("settlement recovered")
 	}
-	pushed := false
+	pushed, dead := false, false
 	for _, d := range decs {
 		switch d.Settlement.Action {
 		case ActRequeue, ActDelay:
 			s.r.tally.copies.Add(1)
 		case ActDeadLetter:
 			s.r.tally.dead.Add(1)
+			dead = true
 		}
 		if d.Hold != nil {
 			// The original is settled before its copy is held (SPEC §5 runtime delay).
@@ -362,6 +363,9 @@ func (s *settler) settled(decs []Decision) {
 	}
 	if pushed {
 		s.r.metrics.DelayedHeld(len(s.held))
+	}
+	if hook := s.r.e.opts.DeadLettered; dead && hook != nil {
+		hook(s.r.p.Name)
 	}
 }
 

@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -56,19 +55,11 @@ type Options struct {
 
 type server struct {
 	o Options
-
-	// The source numbers are sampled every SampleEvery; when a pipeline's dead-letter count in
-	// the engine moves, the next two refreshes of the page ask for a sample out of turn (the
-	// count moves before the letter is written), so the page shows the new length at once
-	// while Redis is asked no more often than the page refreshes.
-	mu       sync.Mutex
-	seenDLQ  map[string]int64
-	resample int
 }
 
 // Handler serves the page at / and the API under /api/. Other paths are not found.
 func Handler(o Options) http.Handler {
-	s := &server{o: o, seenDLQ: map[string]int64{}}
+	s := &server{o: o}
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(assets, "assets")
 	mux.HandleFunc("GET /{$}", s.index)
@@ -169,7 +160,6 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 	for _, st := range s.o.Engine() {
 		running[st.Name] = st
 	}
-	s.resampleOnChange(running)
 	out := statusJSON{
 		Time:         time.Now().UTC(),
 		Admin:        s.o.AdminToken != "",
@@ -210,23 +200,6 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 	}
 	out.GraphSignature = graphSignature(s.o.Graph())
 	writeJSON(w, http.StatusOK, out)
-}
-
-// resampleOnChange asks for a sample when a dead-letter count moved since the last refresh, and
-// once more at the next refresh.
-func (s *server) resampleOnChange(running map[string]engine.PipelineStatus) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for name, st := range running {
-		if n := st.Totals[engine.LabelDeadLetter]; n != s.seenDLQ[name] {
-			s.seenDLQ[name] = n
-			s.resample = 2
-		}
-	}
-	if s.resample > 0 {
-		s.resample--
-		s.o.Refresh()
-	}
 }
 
 // pipeline finds a configured pipeline by name.

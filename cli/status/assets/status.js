@@ -1,12 +1,15 @@
 // flowrun status page: polls api/status every 2 s and updates the page in place; browses dead
 // letters through api/pipelines/NAME/dead-letters; redrives and purges with the admin token.
+// The dead-letter view (pipeline, order, filter, page, open letter) is kept in the URL's query,
+// so a link opens the same view. Times are shown in UTC, ISO 8601, with the local time on hover.
+// Everything that came from a message or a file is set as text, never as markup.
 // No library, no external asset.
 "use strict";
 (function () {
   const $ = (id) => document.getElementById(id);
   const admin = document.body.dataset.admin === "on";
   const every = 2000;
-  const dlq = { pipeline: "", order: "newest", where: "", offset: 0, limit: 20, total: 0, shownCount: null };
+  const dlq = { pipeline: "", order: "newest", where: "", offset: 0, limit: 20, total: 0, shownCount: null, letter: "" };
   const selected = new Set();
   let graphSig = null;
   let pending = null; // the action waiting for confirmation
@@ -31,6 +34,13 @@
       if (parts.length === 2) break;
     }
     return parts.join(" ");
+  }
+  // UTC ISO 8601 to the second; the local time goes into the title (shown on hover).
+  function setTime(el, iso) {
+    const d = new Date(iso);
+    if (!iso || isNaN(d)) { setText(el, iso || ""); el.removeAttribute("title"); return; }
+    setText(el, d.toISOString().replace(/\.\d{3}Z$/, "Z"));
+    el.title = "local time: " + d.toLocaleString();
   }
   function stateClass(s) { return s === "running" ? "running" : s === "stopped" ? "stopped" : "waiting"; }
   function cookie(name) {
@@ -131,8 +141,12 @@
       for (const n of names) sel.appendChild(new Option(n, n));
       if (names.includes(cur)) sel.value = cur;
     }
-    if (!dlq.pipeline && names.length > 0) {
-      dlq.pipeline = sel.value = names[0];
+    if (names.length > 0 && (!dlq.pipeline || !loaded)) {
+      // the pipeline the URL names, once it is known; else the first
+      if (!names.includes(dlq.pipeline)) dlq.pipeline = names[0];
+      sel.value = dlq.pipeline;
+      loaded = true;
+      saveState(false);
       loadLetters();
     }
     if (names.length === 0) setText($("dlq-summary"), "No pipeline has dead letters that can be browsed here.");
@@ -147,7 +161,7 @@
       setText($("conn"), "live");
       setClass($("conn"), "ok", true);
       setClass($("conn"), "bad", false);
-      setText($("updated"), "updated " + new Date(st.time).toLocaleTimeString());
+      setTime($("updated-at"), st.time);
     } catch (e) {
       setText($("conn"), "cannot reach flowrun");
       setClass($("conn"), "ok", false);
@@ -156,12 +170,47 @@
   }
 
   // ---- dead letters ----
+  let loaded = false; // the first view was chosen (from the URL, or the first pipeline)
+
+  // The view in the URL: defaults are left out. push adds a history entry (a new view), else
+  // the entry is replaced (a letter opened or closed, or a view normalised).
+  function saveState(push) {
+    const q = new URLSearchParams();
+    if (dlq.pipeline) q.set("pipeline", dlq.pipeline);
+    if (dlq.order !== "newest") q.set("order", dlq.order);
+    if (dlq.where) q.set("where", dlq.where);
+    if (dlq.offset > 0) q.set("offset", dlq.offset);
+    if (dlq.letter) q.set("letter", dlq.letter);
+    const url = location.pathname + (q.toString() ? "?" + q : "");
+    if (url === location.pathname + location.search) return;
+    if (push) history.pushState(null, "", url);
+    else history.replaceState(null, "", url);
+  }
+
+  function readState() {
+    const q = new URLSearchParams(location.search);
+    dlq.pipeline = q.get("pipeline") || "";
+    dlq.order = q.get("order") === "oldest" ? "oldest" : "newest";
+    dlq.where = (q.get("where") || "").trim();
+    const off = parseInt(q.get("offset") || "0", 10);
+    dlq.offset = off > 0 ? off : 0;
+    dlq.letter = q.get("letter") || "";
+    $("dlq-order").value = dlq.order;
+    $("dlq-where").value = dlq.where;
+    if (dlq.pipeline && Array.from($("dlq-pipeline").options).some((o) => o.value === dlq.pipeline)) $("dlq-pipeline").value = dlq.pipeline;
+  }
+
+  // A new view: it goes into the history, the page's selection and open letter are dropped.
+  function view(changes) {
+    Object.assign(dlq, { letter: "" }, changes);
+    selected.clear();
+    saveState(true);
+    loadLetters();
+  }
+
   function showLetters(name) {
     $("dlq-pipeline").value = name;
-    dlq.pipeline = name;
-    dlq.offset = 0;
-    selected.clear();
-    loadLetters();
+    view({ pipeline: name, offset: 0 });
   }
 
   function whereError(e) {
@@ -212,6 +261,7 @@
   function renderLetters(b) {
     const list = $("dlq-list");
     const open = new Set(Array.from(list.querySelectorAll("details[open]")).map((d) => d.dataset.ref));
+    if (dlq.letter) open.add(dlq.letter);
     const frag = document.createDocumentFragment();
     const shown = new Set();
     for (const l of b.letters) {
@@ -236,6 +286,13 @@
     d.className = "letter";
     d.dataset.ref = l.ref;
     d.open = open;
+    let initial = open; // the toggle event of being created open is not the user's
+    d.addEventListener("toggle", () => {
+      if (initial) { initial = false; if (d.open) return; }
+      if (d.open) dlq.letter = l.ref;
+      else if (dlq.letter === l.ref) dlq.letter = "";
+      saveState(false);
+    });
     const s = document.createElement("summary");
     if (admin) {
       const cb = document.createElement("input");
@@ -257,7 +314,10 @@
       s.appendChild(e);
     };
     span("mono", l.id || "(list entry)");
-    span("muted", l.failed_at || "");
+    const at = document.createElement("span");
+    at.className = "muted failed-at";
+    setTime(at, l.failed_at);
+    s.appendChild(at);
     span("muted", "attempts " + (l.attempts || "?"));
     span("mono", l.key);
     span("reason", l.reason || "(no reason)");
@@ -318,6 +378,8 @@
     if (r.ok) {
       selected.clear();
       dlq.offset = 0;
+      dlq.letter = "";
+      saveState(false);
     }
     loadLetters();
     refresh();
@@ -334,17 +396,18 @@
   // ---- wiring ----
   $("dlq-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
-    dlq.pipeline = $("dlq-pipeline").value;
-    dlq.order = $("dlq-order").value;
-    dlq.where = $("dlq-where").value.trim();
-    dlq.offset = 0;
-    selected.clear();
-    loadLetters();
+    view({ pipeline: $("dlq-pipeline").value, order: $("dlq-order").value, where: $("dlq-where").value.trim(), offset: 0 });
   });
   $("dlq-pipeline").addEventListener("change", () => showLetters($("dlq-pipeline").value));
-  $("dlq-order").addEventListener("change", () => { dlq.order = $("dlq-order").value; dlq.offset = 0; loadLetters(); });
-  $("dlq-prev").addEventListener("click", () => { dlq.offset = Math.max(0, dlq.offset - dlq.limit); loadLetters(); });
-  $("dlq-next").addEventListener("click", () => { dlq.offset += dlq.limit; loadLetters(); });
+  $("dlq-order").addEventListener("change", () => view({ order: $("dlq-order").value, offset: 0 }));
+  $("dlq-prev").addEventListener("click", () => view({ offset: Math.max(0, dlq.offset - dlq.limit) }));
+  $("dlq-next").addEventListener("click", () => view({ offset: dlq.offset + dlq.limit }));
+  window.addEventListener("popstate", () => {
+    readState();
+    selected.clear();
+    if (dlq.pipeline) loadLetters();
+  });
+  readState();
   if (admin) {
     $("dlq-admin").hidden = false;
     $("dlq-admin").addEventListener("submit", (ev) => ev.preventDefault());
