@@ -195,7 +195,7 @@ func cmdHelp(ctx context.Context, args []string, stdio Stdio) int {
 	}
 	name := args[0]
 	switch name {
-	case "help":
+	case "help", "-h", "--help", "-help":
 		writeCommandHelp(stdio.Out, "help", nil)
 		return ExitOK
 	case "dlq":

@@ -22,10 +22,8 @@ func TestHelpEveryCommand(t *testing.T) {
 	for _, c := range commands {
 		t.Run(c.name, func(t *testing.T) {
 			var first string
-			for i, args := range [][]string{{c.name, "-h"}, {c.name, "--help"}, {"help", c.name}} {
-				if c.name == "help" && i < 2 {
-					continue
-				}
+			// For help itself: `help -h`, `help --help` and `help help`.
+			for _, args := range [][]string{{c.name, "-h"}, {c.name, "--help"}, {"help", c.name}} {
 				out, errOut, code := runCLI(t, args...)
 				if code != 0 || errOut != "" {
 					t.Fatalf("%v: exit %d, stderr %q", args, code, errOut)
@@ -140,6 +138,21 @@ func TestValidateJSON(t *testing.T) {
 	d := diags[0]
 	if d["severity"] != "error" || d["file"] != bad || d["line"] != float64(5) || d["col"] == float64(0) || d["message"] == "" {
 		t.Errorf("diagnostic %v", d)
+	}
+
+	// A file that is not there is at 1:1 of its path, as the text form prints it (docs/commands.md).
+	missing := filepath.Join(dir, "missing.hcl")
+	out, _, code = runCLI(t, "validate", "--json", missing)
+	diags = nil
+	if err := json.Unmarshal([]byte(out), &diags); err != nil || code != 1 || len(diags) != 1 {
+		t.Fatalf("missing file: exit %d, %v (%v)", code, out, err)
+	}
+	if d := diags[0]; d["file"] != missing || d["line"] != float64(1) || d["col"] != float64(1) {
+		t.Errorf("missing file: diagnostic %v, want %s at 1:1", d, missing)
+	}
+	_, text, _ := runCLI(t, "validate", missing)
+	if !strings.HasPrefix(text, missing+":1:1: error: Cannot read configuration") {
+		t.Errorf("missing file: text form %q", text)
 	}
 }
 

@@ -211,6 +211,13 @@ func resolveLogFormat(w io.Writer, format string) string {
 	return format
 }
 
+// colour reports whether console logs to w may use ANSI colours: only on a terminal, and not
+// when NO_COLOR is set to anything (https://no-color.org/), so a redirected stderr stays plain.
+func colour(w io.Writer, getenv func(string) string) bool {
+	f, ok := w.(*os.File)
+	return ok && getenv("NO_COLOR") == "" && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
+
 func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil || level == "" || lvl > zerolog.ErrorLevel || lvl < zerolog.DebugLevel {
@@ -220,7 +227,7 @@ func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {
 	switch format {
 	case "json":
 	case "console":
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly, NoColor: !colour(w, os.Getenv)}
 	default:
 		return zerolog.Nop(), fmt.Errorf("--log-format %q: want json or console", format)
 	}

@@ -44,8 +44,9 @@ func WriteDiagnostics(w io.Writer, files map[string]*hcl.File, diags hcl.Diagnos
 	bw.Flush() // a failing writer (a closed stderr) leaves nothing better to do
 }
 
-// JSONDiagnostic is one diagnostic as `validate --json` prints it. A diagnostic without a
-// position has an empty file and line and col 0.
+// JSONDiagnostic is one diagnostic as `validate --json` prints it, at the position the text form
+// prints: a path that cannot be read is at 1:1 of that path (pathDiag), and only a diagnostic
+// tied to no file has an empty file and line and col 0 (docs/commands.md).
 type JSONDiagnostic struct {
 	Severity string `json:"severity"` // "error" or "warning"
 	File     string `json:"file"`

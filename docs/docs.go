@@ -185,6 +185,7 @@ var guides = []struct{ path, title, what string }{
 	{"configuration.md", "Configuration in brief", "the shape of a file, Redis Cluster keys, records, two things to know about rules"},
 	{"settlement.md", "Sources and how they settle", "per source kind, what each outcome does in Redis; attempts, caps, dead letters and delays; failed settlements"},
 	{"flow-control.md", "Flow control", "`concurrency_key`, `throttle` and `dedupe`, and the keys they keep in Redis"},
+	{"logging.md", "Logging", "formats, colour, levels, units (durations in `_ms` fields), progress lines and the end-of-input summary"},
 	{"operating.md", "Operating flowrun", "logs, metrics, progress, stopping, reload, Redis faults, retention, memory, Redis connections"},
 	{"inspecting-and-redriving.md", "Inspecting and redriving", "`flowrun inspect`, `flowrun dlq list|redrive|purge` and `--where`"},
 	{"status-page.md", "The status page", "what `--http-addr` serves at `/`, and its JSON API"},

@@ -8,7 +8,7 @@ import (
 )
 
 // A file replay ends with a summary line (SPEC §10 "Progress"): records read, handled per
-// outcome, malformed lines skipped, copies and dead letters written, elapsed time; progress
+// outcome, malformed lines skipped, copies and dead letters written, elapsed time (elapsed_ms); progress
 // lines come at --progress-interval while it works.
 func TestReplaySummaryAndProgress(t *testing.T) {
 	dir := t.TempDir()
@@ -66,8 +66,12 @@ pipeline "replay" {
 	if outcomes["ack"] != 1000.0 || outcomes["drop"] != 980.0 || outcomes["dead_letter"] != 20.0 {
 		t.Errorf("summary outcomes = %v", outcomes)
 	}
-	if _, ok := summary["elapsed"]; !ok {
-		t.Errorf("summary without elapsed: %v", summary)
+	// Durations in logs are milliseconds in a field named *_ms (docs/logging.md).
+	if ms, ok := summary["elapsed_ms"].(float64); !ok || ms <= 0 {
+		t.Errorf("summary without a positive elapsed_ms: %v", summary)
+	}
+	if _, ok := summary["elapsed"]; ok {
+		t.Errorf("summary has elapsed without its unit: %v", summary)
 	}
 	t.Logf("%d progress lines", progress)
 }

@@ -92,7 +92,7 @@ func (r *runner) summary() {
 	}
 	elapsed := time.Since(r.tally.start)
 	ev.Int64("copies", r.tally.copies.Load()).Int64("dead_letters", r.tally.dead.Load()).
-		Dur("elapsed", elapsed).Float64("rate", round1(float64(r.tally.handled())/elapsed.Seconds())).
+		Dur("elapsed_ms", elapsed).Float64("rate", round1(float64(r.tally.handled())/elapsed.Seconds())).
 		Msg("input done")
 }
 

@@ -50,7 +50,7 @@ func (s *StateLog) OK() bool {
 	if !s.down {
 		return false
 	}
-	s.log.Info().Dur("down_for", time.Since(s.since)).Int("failed_attempts", s.fails).
+	s.log.Info().Dur("down_for_ms", time.Since(s.since)).Int("failed_attempts", s.fails).
 		Msgf("%s recovered", s.what)
 	s.down, s.fails = false, 0
 	return true

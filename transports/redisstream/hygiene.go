@@ -116,7 +116,7 @@ func (s *Source) dropIdleConsumers(ctx context.Context) error {
 			return fmt.Errorf("redisstream: delete idle consumer %s of %s: %w", c.Name, s.o.Group, err)
 		}
 		if n == 1 {
-			s.log.Info().Str("consumer", c.Name).Dur("idle", c.Idle).Msg("deleted an idle consumer with nothing pending (consumer_ttl)")
+			s.log.Info().Str("consumer", c.Name).Dur("idle_ms", c.Idle).Msg("deleted an idle consumer with nothing pending (consumer_ttl)")
 		}
 	}
 	return nil

@@ -135,7 +135,7 @@ func (h *Handler) Handle(ctx context.Context, m plugins.Message, emit *plugins.E
 		// The gateway may be back soon: wait longer after each failed attempt, never in step
 		// with the other workers (full jitter).
 		delay := plugins.Backoff(h.cfg.Base, h.cfg.Max, m.Attempt())
-		h.log.Debug().Err(err).Int("attempt", m.Attempt()).Dur("delay", delay).Msg("gateway unavailable")
+		h.log.Debug().Err(err).Int("attempt", m.Attempt()).Dur("delay_ms", delay).Msg("gateway unavailable")
 		return plugins.RetryAfter(delay), nil
 	}
 
