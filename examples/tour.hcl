@@ -7,12 +7,13 @@
 #   flowrun dlq list jobs examples/tour.hcl
 #   flowrun test examples/tour.hcl
 
-redis "main" {
+redis "tour" {
   url = env("REDIS_URL", "redis://127.0.0.1:6379/0")
 }
 
 pipeline "jobs" {
   source "stream" {
+    redis  = "tour"
     stream = "jobs"
   }
   max_attempts = 2
