@@ -280,30 +280,32 @@ func TestHandWrittenSamplesValidate(t *testing.T) {
 	}
 }
 
-// validateSample is a page's block showing `flowrun validate FILE` and what it prints.
-var validateSample = regexp.MustCompile("(?ms)^```\n\\$ flowrun validate (\\S+)\n(.*?)^```")
+// commandSample is a page's block showing `flowrun validate FILE` or `flowrun test FILE` and what
+// it prints.
+var commandSample = regexp.MustCompile("(?ms)^```\n\\$ flowrun (validate|test) (\\S+)\n(.*?)^```")
 
-// A page that shows what `flowrun validate` prints shows what it prints for that very file, run
-// from the repository's root, so the sample error names a file that exists and says what
-// flowrun says.
-func TestValidateSamplesAreReal(t *testing.T) {
+// A page that shows what `flowrun validate` or `flowrun test` prints for a file, a mistake or a
+// failing test, shows what it prints for that very file, run from the repository's root, so a
+// sample names a file that exists and says what flowrun says.
+func TestCommandSamplesAreReal(t *testing.T) {
 	pages := markdownPages(t)
 	t.Chdir("..")
-	found := 0
+	found := map[string]int{}
 	for p, page := range pages {
-		for _, m := range validateSample.FindAllStringSubmatch(page, -1) {
-			found++
+		for _, m := range commandSample.FindAllStringSubmatch(page, -1) {
+			cmd, file, want := m[1], m[2], strings.TrimRight(m[3], "\n")
+			found[cmd]++
 			var out bytes.Buffer
-			code := cli.Run(context.Background(), []string{"validate", m[1]}, cli.Stdio{In: strings.NewReader(""), Out: &out, Err: &out})
+			code := cli.Run(context.Background(), []string{cmd, file}, cli.Stdio{In: strings.NewReader(""), Out: &out, Err: &out})
 			if code != 1 {
-				t.Errorf("%s: flowrun validate %s exits %d, not 1 as a sample error should", p, m[1], code)
+				t.Errorf("%s: flowrun %s %s exits %d, not 1 as a sample of a failure should", p, cmd, file, code)
 			}
-			if got, want := strings.TrimRight(out.String(), "\n"), strings.TrimRight(m[2], "\n"); got != want {
-				t.Errorf("%s: the sample of `flowrun validate %s` reads\n%s\nbut it prints\n%s", p, m[1], want, got)
+			if got := strings.TrimRight(out.String(), "\n"); got != want {
+				t.Errorf("%s: the sample of `flowrun %s %s` reads\n%s\nbut it prints\n%s", p, cmd, file, want, got)
 			}
 		}
 	}
-	if found < 2 {
-		t.Errorf("found %d samples of `flowrun validate` output; the README and docs/commands.md each show one", found)
+	if found["validate"] < 2 || found["test"] < 1 {
+		t.Errorf("found samples %v; the README and docs/commands.md show `flowrun validate`, docs/config-tests.md `flowrun test`", found)
 	}
 }
