@@ -13,9 +13,6 @@ import (
 	"github.com/flowrun/flowrun/internal/backoff"
 )
 
-// LabelDuplicate is the outcome of a delivery whose dedupe key already succeeded (SPEC §13).
-const LabelDuplicate = "duplicate"
-
 // Flow-control polling: a delivery that waits for a key held in another process is tried again
 // after flowPollMin, doubling to flowPollMax while nothing changes (there is no control plane
 // to say when a key frees). A release in this process tries again at once.
@@ -540,7 +537,7 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 	for _, fd := range rel {
 		t := fs.running[fd.d]
 		x := FlowRelease{FlowLease: t.lease}
-		if fs.f.Dedupe != nil && !fd.returned && (fd.dec.Label == KindAck.String() || fd.dec.Label == KindDrop.String()) {
+		if fs.f.Dedupe != nil && !fd.returned && fd.dec.Label.acked() {
 			x.Window = fs.f.Dedupe.Window
 		}
 		r.Releases = append(r.Releases, x)
@@ -707,7 +704,7 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 		case FlowDuplicate:
 			progressed = true
 			fs.r.tally.read.Add(1)
-			dec := Decision{Settlement: Settlement{Delivery: w.d, Action: ActAck}, Label: LabelDuplicate}
+			dec := Decision{Settlement: Settlement{Delivery: w.d, Action: ActAck}, Label: OutcomeDuplicate}
 			fs.r.logDecision(w.d, dec, nil)
 			fs.q.Unhold(1)
 			fs.decisions <- dec
@@ -771,7 +768,7 @@ func (fs *flowStage) logPermanent(d *Delivery, fl []Fault, msg string) {
 // source forgets the delivery, and its own rules bring it back.
 func (fs *flowStage) leaveUnsettled(d Decision) {
 	if d.Span != nil {
-		d.Span.End(d.Label, errAbandoned)
+		d.Span.End(d.Label.String(), errAbandoned)
 	}
 	if rel, ok := fs.r.p.Source.(Releaser); ok && d.Settlement.Delivery != nil {
 		rel.Release(d.Settlement)
@@ -841,7 +838,7 @@ func (fs *flowStage) flushUnreleased() {
 		if fd.returned || fd.passed {
 			continue
 		}
-		if fs.f.Dedupe != nil && (fd.dec.Label == KindAck.String() || fd.dec.Label == KindDrop.String()) {
+		if fs.f.Dedupe != nil && fd.dec.Label.acked() {
 			fs.r.log.Error().Str(FieldKey, fd.d.Key).Str(FieldID, fd.d.ID).
 				Msg("flow control: dedupe key not marked done by the end of the grace period: delivery left unsettled, it comes back by its source's rules")
 			fs.leaveUnsettled(fd.dec)

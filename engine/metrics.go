@@ -21,9 +21,6 @@ type PipelineMetrics interface {
 	SettleFailure(reason string)
 }
 
-// OutcomeLabels are every label PipelineMetrics.Outcome is called with.
-var OutcomeLabels = []string{"ack", "drop", "retry", "retry_after", LabelDeadLetter, LabelRejected, LabelDuplicate}
-
 type noMetrics struct{}
 
 func (noMetrics) Pipeline(string) PipelineMetrics { return noMetrics{} }

@@ -23,7 +23,7 @@ type Decision struct {
 	// Note explains a decision that a user should see in the logs ("rejected", "unsupported").
 	Note string
 	// Label is the outcome as counted in metrics and logs.
-	Label string
+	Label Label
 
 	// Emits are the handler's messages, written by the settler before the settlement; Cause is
 	// the handler's error, kept for the log line. Neither is the policy's business: they ride
@@ -34,12 +34,6 @@ type Decision struct {
 	// ends it once the settlement is final.
 	Span Span
 }
-
-// Labels that are not plain outcome kinds.
-const (
-	LabelDeadLetter = "dead_letter"
-	LabelRejected   = "rejected"
-)
 
 // Before is checked before a handler runs: a delivery whose attempt is already past the cap
 // (it crashed N workers, or was left pending N times) goes straight to the dead letter.
@@ -56,7 +50,7 @@ func (p Policy) Before(d *Delivery, now time.Time) (Decision, bool) {
 func (p Policy) Decide(d *Delivery, o Outcome, cause error, now time.Time) Decision {
 	switch o.Kind {
 	case KindAck, KindDrop:
-		return Decision{Settlement: Settlement{Delivery: d, Action: ActAck}, Label: o.Kind.String()}
+		return Decision{Settlement: Settlement{Delivery: d, Action: ActAck}, Label: kindLabel(o.Kind)}
 	case KindDeadLetter:
 		return p.deadLetter(d, o.Reason, now)
 	}
@@ -69,7 +63,7 @@ func (p Policy) Decide(d *Delivery, o Outcome, cause error, now time.Time) Decis
 		}
 		return p.deadLetter(d, reason, now)
 	}
-	label := o.Kind.String()
+	label := kindLabel(o.Kind)
 
 	if p.Caps.RetryInPlace {
 		// Claiming and reclaim: the entry stays pending and comes back once idle ≥ min_idle.
@@ -111,7 +105,7 @@ func (p Policy) deadLetter(d *Delivery, reason string, now time.Time) Decision {
 	if p.DeadLetter == "" {
 		return Decision{
 			Settlement: Settlement{Delivery: d, Action: ActAck},
-			Label:      LabelRejected,
+			Label:      OutcomeRejected,
 			Note:       "rejected: " + reason,
 		}
 	}
@@ -127,7 +121,7 @@ func (p Policy) deadLetter(d *Delivery, reason string, now time.Time) Decision {
 	c.Headers[HeaderFailedAt] = now.UTC().Format(time.RFC3339)
 	return Decision{
 		Settlement: Settlement{Delivery: d, Action: ActDeadLetter, Copy: c, DeadLetterKey: p.DeadLetter},
-		Label:      LabelDeadLetter,
+		Label:      OutcomeDeadLetter,
 		Note:       reason,
 	}
 }

@@ -59,7 +59,7 @@ func TestPolicyDecide(t *testing.T) {
 			d := &Delivery{Message: Message{Key: "orders", ID: "1-1", Headers: map[string]string{"a": "b"}, Payload: []byte("p")}, Attempt: tt.attempt}
 			dec := tt.policy.Decide(d, tt.outcome, nil, now)
 			s := dec.Settlement
-			if s.Delivery != d || s.Action != tt.want.action || dec.Label != tt.want.label {
+			if s.Delivery != d || s.Action != tt.want.action || dec.Label.String() != tt.want.label {
 				t.Fatalf("got action %s label %q, want %s %q", s.Action, dec.Label, tt.want.action, tt.want.label)
 			}
 			if (dec.Hold != nil) != tt.want.hold {

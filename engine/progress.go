@@ -13,25 +13,15 @@ import (
 type tally struct {
 	start    time.Time
 	read     atomic.Int64 // deliveries taken by a worker
-	outcomes [7]atomic.Int64
+	outcomes [numOutcomes]atomic.Int64
 	copies   atomic.Int64 // retry, durable and runtime delayed copies written
 	dead     atomic.Int64 // dead letters written
 	inflight atomic.Int64 // handlers running
 }
 
-// outcomeIndex maps an outcome label to its slot in tally.outcomes, in OutcomeLabels' order.
-func outcomeIndex(label string) int {
-	for i, l := range OutcomeLabels {
-		if l == label {
-			return i
-		}
-	}
-	return -1
-}
-
-func (t *tally) outcome(label string) {
-	if i := outcomeIndex(label); i >= 0 && i < len(t.outcomes) {
-		t.outcomes[i].Add(1)
+func (t *tally) outcome(l Label) {
+	if int(l) < len(t.outcomes) {
+		t.outcomes[l].Add(1)
 	}
 }
 

@@ -520,18 +520,18 @@ func (r *runner) logDecision(d *Delivery, dec Decision, err error) {
 // per interval (settler.refusedWrite): the delivery's own line is then at debug, unless it was
 // dead-lettered.
 func (r *runner) logDecisionAt(d *Delivery, dec Decision, err error, refused bool) {
-	r.metrics.Outcome(dec.Label)
+	r.metrics.Outcome(dec.Label.String())
 	r.tally.outcome(dec.Label)
 	var ev *zerolog.Event
 	switch {
-	case refused && err != nil && dec.Label != LabelDeadLetter:
+	case refused && err != nil && dec.Label != OutcomeDeadLetter:
 		ev = r.log.Debug().Err(err)
 	case err != nil:
 		ev = r.log.Warn().Err(err)
 		if pe := (*PanicError)(nil); errors.As(err, &pe) {
 			ev = ev.Str("stack", pe.Stack)
 		}
-	case dec.Label == LabelDeadLetter || dec.Label == LabelRejected || dec.Note != "":
+	case dec.Label == OutcomeDeadLetter || dec.Label == OutcomeRejected || dec.Note != "":
 		ev = r.log.Warn()
 	default:
 		ev = r.log.Debug()
@@ -539,7 +539,7 @@ func (r *runner) logDecisionAt(d *Delivery, dec Decision, err error, refused boo
 	if !ev.Enabled() {
 		return
 	}
-	ev = ev.Str(FieldKey, d.Key).Int(FieldAttempt, d.Attempt).Str(FieldOutcome, dec.Label)
+	ev = ev.Str(FieldKey, d.Key).Int(FieldAttempt, d.Attempt).Str(FieldOutcome, dec.Label.String())
 	if d.ID != "" {
 		ev = ev.Str(FieldID, d.ID)
 	}
@@ -552,9 +552,9 @@ func (r *runner) logDecisionAt(d *Delivery, dec Decision, err error, refused boo
 	switch {
 	case err != nil:
 		ev.Msg("handler failed")
-	case dec.Label == LabelDeadLetter:
+	case dec.Label == OutcomeDeadLetter:
 		ev.Msg("dead-lettered")
-	case dec.Label == LabelRejected:
+	case dec.Label == OutcomeRejected:
 		ev.Msg("rejected")
 	default:
 		ev.Msg("settled")

@@ -358,7 +358,7 @@ func (s *settler) settled(decs []Decision) {
 			pushed = true
 		}
 		if d.Span != nil {
-			d.Span.End(d.Label, nil)
+			d.Span.End(d.Label.String(), nil)
 		}
 	}
 	if pushed {
@@ -431,7 +431,7 @@ func (s *settler) abandon(d Decision, msg string) {
 		s.gate.add(-1)
 	}
 	if d.Span != nil {
-		d.Span.End(d.Label, errAbandoned)
+		d.Span.End(d.Label.String(), errAbandoned)
 	}
 	if rel, ok := s.r.p.Source.(Releaser); ok && d.Settlement.Delivery != nil {
 		rel.Release(d.Settlement)

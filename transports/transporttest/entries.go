@@ -529,7 +529,7 @@ func capWithoutDeadLetter(e *env) {
 	d := e.deliverStopped(attemptMessage())[0]
 	before := e.count(e.h.RetryKey())
 	dec := e.decide(e.policy(d.Attempt, ""), d, engine.Retry(), nil, time.Now(), engine.ActAck)
-	if dec.Label != engine.LabelRejected {
+	if dec.Label != engine.OutcomeRejected {
 		e.t.Fatalf("label %q, want %q", dec.Label, engine.LabelRejected)
 	}
 	e.mustSettle(dec.Settlement)
