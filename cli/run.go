@@ -17,6 +17,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
+	"github.com/flowrun/flowrun/cli/status"
 	"github.com/flowrun/flowrun/config"
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/telemetry"
@@ -252,7 +253,10 @@ func serveHTTP(addr string, m *promMetrics, eng *engine.Engine, page http.Handle
 		io.WriteString(w, "ready\n")
 	})
 	mux.Handle("/", page) // the status page and its API (SPEC §15)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// Timeouts so a visitor cannot hold connections open; the 1 MiB of headers lets a long
+	// filter reach the page, which answers it 400 naming its limit (SPEC §15).
+	srv := &http.Server{Handler: status.Secure(mux), ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: time.Minute, WriteTimeout: 2 * time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 1 << 20}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Msg("http server failed")

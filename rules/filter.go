@@ -29,7 +29,15 @@ type filterEnv struct {
 }
 
 // Filter is a compiled dead-letter filter: a boolean expression over filterEnv.
-type Filter struct{ program }
+type Filter struct {
+	program
+	budget uint // expr-lang's memory budget per evaluation; 0: its default
+}
+
+// SetMemoryBudget bounds what one evaluation may allocate in expr-lang's units (an element of
+// a range, an array or a map, a byte of repeat): past it Match fails with "memory budget
+// exceeded". 0 is expr-lang's default (1,000,000). The status page sets it for visitors' filters.
+func (f *Filter) SetMemoryBudget(units uint) { f.budget = units }
 
 // CompileFilter compiles a `flowrun dlq --where` expression, which must be boolean. Its
 // errors are *Error, positioned inside src.
@@ -38,7 +46,7 @@ func CompileFilter(src string) (*Filter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Filter{p}, nil
+	return &Filter{program: p}, nil
 }
 
 // Match evaluates the filter on the dead letter m, whose Key is its dead-letter key and ID its
@@ -75,7 +83,9 @@ func (f *Filter) Match(m *engine.Message) (bool, error) {
 		e.Payload = decodePayload(m.Payload, &e.env, f.usesRaw)
 	}
 	v := vmPool.Get().(*vm.VM)
+	v.MemoryBudget = f.budget
 	out, err := v.Run(f.prog, e)
+	v.MemoryBudget = 0 // the pool's VMs are the rules' too
 	vmPool.Put(v)
 	if err != nil {
 		return false, runError(f.src, err)

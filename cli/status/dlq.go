@@ -88,12 +88,22 @@ func (s *server) store(w http.ResponseWriter, r *http.Request) (*config.Pipeline
 	return p, store, true
 }
 
-// filter compiles a where expression ("" : none), or answers the request with its error.
-func filter(w http.ResponseWriter, where string) (*countingFilter, bool) {
+// filter compiles a where expression ("" : none) under its budget (budget.go), or answers the
+// request with its error. deadline (zero: none) ends a walk that runs past it.
+func filter(w http.ResponseWriter, where string, deadline time.Time) (*countingFilter, bool) {
 	if where == "" {
 		return nil, true
 	}
+	if err := checkWhere(where); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return nil, false
+	}
 	f, err := rules.CompileFilter(where)
+	if err == nil && !deadline.IsZero() && time.Now().After(deadline) {
+		err = errFilterTime
+		writeError(w, http.StatusBadRequest, err.Error())
+		return nil, false
+	}
 	if err != nil {
 		e := whereErrorJSON{Error: err.Error(), Where: where}
 		var re *rules.Error
@@ -103,19 +113,28 @@ func filter(w http.ResponseWriter, where string) (*countingFilter, bool) {
 		writeJSON(w, http.StatusBadRequest, e)
 		return nil, false
 	}
-	return &countingFilter{f: f}, true
+	f.SetMemoryBudget(filterMemory)
+	return &countingFilter{f: f, deadline: deadline}, true
 }
 
 // countingFilter is a compiled where; a letter it fails on does not match (as in `flowrun dlq`)
 // and is counted.
 type countingFilter struct {
-	f      *rules.Filter
-	failed int
-	first  string
+	f        *rules.Filter
+	deadline time.Time // zero: none
+	failed   int
+	first    string
 }
 
+// match is the filter on one letter; its error (the time or memory budget) ends the walk.
 func (c *countingFilter) match(m *engine.Message) (bool, error) {
+	if !c.deadline.IsZero() && time.Now().After(c.deadline) {
+		return false, errFilterTime
+	}
 	ok, err := c.f.Match(m)
+	if fault := budgetFault(err); fault != nil {
+		return false, fault
+	}
 	if err != nil {
 		c.failed++
 		if c.first == "" {
@@ -156,7 +175,17 @@ func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	limit = min(limit, maxPage)
 	where := q.Get("where")
-	f, ok := filter(w, where)
+	var deadline time.Time
+	if where != "" {
+		release, err := s.slots.take(r)
+		if err != nil {
+			writeError(w, http.StatusTooManyRequests, err.Error())
+			return
+		}
+		defer release()
+		deadline = time.Now().Add(filterTime)
+	}
+	f, ok := filter(w, where, deadline)
 	if !ok {
 		return
 	}
@@ -184,6 +213,9 @@ func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) {
 	// How many the filter selects in all, then the page of them: the stores walk oldest first,
 	// so a page counted from the newest end is found by its place from the oldest.
 	_, total, err := store.ListDeadLetters(ctx, env, transports.DeadLetterQuery{Limit: 1, Match: f.matcher()})
+	if budgetRefused(w, err) {
+		return
+	}
 	if err != nil {
 		writeError(w, http.StatusBadGateway, fmt.Sprintf("dead letters of %s: %v", p.Name, err))
 		return
@@ -205,13 +237,13 @@ func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) {
 			// Letters before the page are walked and not selected.
 			var pass *countingFilter
 			if f != nil {
-				pass = &countingFilter{f: f.f}
+				pass = &countingFilter{f: f.f, deadline: f.deadline}
 			}
 			i := 0
 			query.Match = func(m *engine.Message) (bool, error) {
 				if pass != nil {
-					if ok, _ := pass.match(m); !ok {
-						return false, nil
+					if ok, err := pass.match(m); !ok {
+						return false, err
 					}
 				}
 				i++
@@ -219,6 +251,9 @@ func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		rows, _, err = store.ListDeadLetters(ctx, env, query)
+		if budgetRefused(w, err) {
+			return
+		}
 		if err != nil {
 			writeError(w, http.StatusBadGateway, fmt.Sprintf("dead letters of %s: %v", p.Name, err))
 			return
@@ -233,6 +268,17 @@ func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// budgetRefused answers a walk the filter's budget ended with 400 naming the limit.
+func budgetRefused(w http.ResponseWriter, err error) bool {
+	for _, limit := range []error{errFilterTime, errFilterMemory} {
+		if errors.Is(err, limit) {
+			writeError(w, http.StatusBadRequest, limit.Error())
+			return true
+		}
+	}
+	return false
 }
 
 func intParam(s string, def int) (int, error) {
@@ -318,7 +364,9 @@ func selection(w http.ResponseWriter, r *http.Request) (transports.DeadLetterQue
 	case a.All && len(a.Refs) > 0:
 		writeError(w, http.StatusBadRequest, "body: refs or all, not both")
 	case a.All:
-		f, ok := filter(w, a.Where)
+		// the admin's filter: the size, nesting and memory budget, not the time (a redrive
+		// cut short part-way would leave the letters split for no reason)
+		f, ok := filter(w, a.Where, time.Time{})
 		if !ok {
 			return transports.DeadLetterQuery{}, false
 		}
