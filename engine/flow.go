@@ -74,10 +74,12 @@ type flowStage struct {
 	closedIn    bool
 	stopped     bool
 	failing     bool      // the store fails whole rounds (logged once)
-	fails       int       // whole rounds failed in a row: the backoff before the next grows with it
 	retryAt     time.Time // no round is sent before then (the backoff after a failed one)
-	// logged remembers the permanent faults logged at error (once per command, key, reason).
-	logged  map[faultKey]struct{}
+	// retry grows with the whole rounds failed in a row: from flowRetryMin, doubling up to
+	// flowRetryMax (a store down for minutes is asked every few seconds, not five times a
+	// second), and at most a quarter of the lease, so that once the store is back the leases of
+	// running deliveries are renewed well before they expire.
+	retry   backoff.Doubling
 	poll    time.Duration
 	renewAt time.Time
 	// A throttled stage sends no admission round before admitAt unless every handler is free
@@ -166,7 +168,7 @@ func newFlowStage(r *runner, f *Flow, q *Queue, returner Returner, decisions cha
 		running:     map[*Delivery]*flowTicket{},
 		localConc:   map[string]int{},
 		localDedupe: map[string]bool{},
-		logged:      map[faultKey]struct{}{},
+		retry:       backoff.Doubling{Base: flowRetryMin, Max: min(flowRetryMax, max(lease/4, flowRetryMin))},
 		slots:       slots,
 		prefix:      hex.EncodeToString(b[:]) + ":",
 		poll:        flowPollMin,
@@ -277,7 +279,7 @@ func (fs *flowStage) run(stop, grace context.Context) {
 						fs.flushUnreleased()
 						break
 					}
-					sleep(grace, fs.backoff())
+					sleep(grace, fs.retry.Wait())
 				}
 			}
 			// What the pump still takes (the queue closes once the source's Receive has
@@ -312,7 +314,7 @@ func (fs *flowStage) run(stop, grace context.Context) {
 			ok := fs.round(grace, admitting)
 			switch {
 			case !ok:
-				wait = fs.backoff()
+				wait = fs.retry.Wait()
 				fs.retryAt = time.Now().Add(wait)
 			case admitting && len(fs.parked) > 0 && fs.admitMax() > 0:
 				wait = fs.nextPoll()
@@ -615,11 +617,11 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 			}
 			ev.Err(err).Msg("flow control: store round failed; retrying with backoff")
 		}
-		fs.fails++
+		fs.retry.Fail()
 		return false
 	}
 	fs.rtt = time.Since(now)
-	fs.fails = 0
+	fs.retry.Reset()
 	if fs.failing {
 		fs.failing = false
 		fs.r.log.Info().Msg("flow control: store recovered")
@@ -751,13 +753,9 @@ func (fs *flowStage) admitFailed(w *flowWait, fl []Fault, now time.Time) {
 // reason (the settler's rule, SPEC §10), later ones at debug.
 func (fs *flowStage) logPermanent(d *Delivery, fl []Fault, msg string) {
 	for _, f := range fl {
-		k := faultKey{f.Command, f.Key, f.Reason}
-		if _, ok := fs.logged[k]; ok {
+		if first, _ := fs.r.permanent.Note(faultKey{f.Command, f.Key, f.Reason}, time.Now()); !first {
 			fs.r.log.Debug().Err(f).Str(FieldKey, d.Key).Str(FieldID, d.ID).Msg(msg)
 			continue
-		}
-		if len(fs.logged) < maxLoggedFaults {
-			fs.logged[k] = struct{}{}
 		}
 		fs.r.log.Error().Err(f.Err).Str("command", f.Command).Str(FieldKey, f.Key).Str("reason", f.Reason).
 			Str("source_key", d.Key).Str(FieldID, d.ID).Msg(msg)
@@ -820,14 +818,6 @@ func (fs *flowStage) nextPoll() time.Duration {
 	p := fs.poll
 	fs.poll = min(fs.poll*2, flowPollMax)
 	return p
-}
-
-// backoff is the wait before a failed round is sent again: from flowRetryMin, doubling with
-// each round that failed in a row, up to flowRetryMax (a store down for minutes is asked every
-// few seconds, not five times a second), and at most a quarter of the lease, so that once the
-// store is back the leases of running deliveries are renewed well before they expire.
-func (fs *flowStage) backoff() time.Duration {
-	return backoff.Cap(flowRetryMin, min(flowRetryMax, max(fs.lease/4, flowRetryMin)), fs.fails)
 }
 
 // flushUnreleased passes on the decisions whose leases could not be released before the end

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/internal/faultlog"
 )
 
 // Pipeline is one source and one handler with the settlement settings of SPEC §2 and §5.
@@ -298,6 +300,9 @@ type runner struct {
 	rates   rateRing
 	gate    *holdGate
 	stopped atomic.Bool
+	// permanent decides which permanent faults (settlement, flow-control store) are logged at
+	// error: the first of each command, key and reason, the rest at debug (SPEC §10).
+	permanent *faultlog.Log[faultKey]
 }
 
 func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
@@ -308,6 +313,8 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 		policy:  Policy{MaxAttempts: p.MaxAttempts, DeadLetter: p.DeadLetter, Caps: caps},
 		log:     p.Logger,
 		metrics: e.opts.Metrics.Pipeline(p.Name),
+		// Interval 0: once for the life of the run.
+		permanent: faultlog.New[faultKey](0),
 	}
 
 	r.tally.start = time.Now()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/flowrun/flowrun/internal/backoff"
 	"github.com/flowrun/flowrun/internal/faultlog"
 )
 
@@ -28,9 +29,6 @@ const (
 	settleBackoffCeiling = 2 * time.Second
 )
 
-// maxLoggedFaults bounds the memory of which permanent faults were already logged.
-const maxLoggedFaults = 4096
-
 // settler is the one goroutine of a pipeline that talks to its source after a read: it batches
 // settlements, resends those that failed transiently with backoff, abandons those that failed
 // permanently (SPEC §10), and holds runtime delayed copies until due.
@@ -48,9 +46,8 @@ type settler struct {
 	// together with whatever else is waiting, so one failing key never holds back the others.
 	retry   []Decision
 	retryAt time.Time
-	wait    time.Duration // the current backoff
-	failing bool          // a transient failure is being retried (logged once)
-	logged  map[faultKey]struct{}
+	wait    backoff.Doubling // the resends' backoff, before jitter
+	failing bool             // a transient failure is being retried (logged once)
 	// refused decides which refused emits are logged: one line per command, key and reason per
 	// progress interval, never one per message (SPEC §10 "Settlement failures").
 	refused *faultlog.Log[faultKey]
@@ -59,7 +56,8 @@ type settler struct {
 type faultKey struct{ command, key, reason string }
 
 func newSettler(r *runner, stop, grace context.Context, gate *holdGate, most int) *settler {
-	return &settler{r: r, stop: stop, grace: grace, gate: gate, max: most, logged: map[faultKey]struct{}{},
+	return &settler{r: r, stop: stop, grace: grace, gate: gate, max: most,
+		wait:    backoff.Doubling{Base: settleBackoffBase, Max: settleBackoffCeiling},
 		refused: faultlog.New[faultKey](refusedInterval(r.e.opts.Progress))}
 }
 
@@ -340,7 +338,7 @@ func (s *settler) settleWith(ctx context.Context, decs []Decision) {
 func (s *settler) settled(decs []Decision) {
 	if s.failing && len(decs) > 0 && len(s.retry) == 0 {
 		s.failing = false
-		s.wait = 0
+		s.wait.Reset()
 		s.r.log.Info().Msg("settlement recovered")
 	}
 	pushed, dead := false, false
@@ -379,12 +377,8 @@ func (s *settler) toRetry(d Decision, f Fault) {
 }
 
 func (s *settler) backoff() time.Duration {
-	if s.wait == 0 {
-		s.wait = settleBackoffBase
-	} else {
-		s.wait = min(s.wait*2, settleBackoffCeiling)
-	}
-	return rand.N(s.wait) + s.wait/2
+	w := s.wait.Fail()
+	return rand.N(w) + w/2
 }
 
 func (s *settler) noteFailing(f Fault, what string) {
@@ -399,13 +393,9 @@ func (s *settler) noteFailing(f Fault, what string) {
 
 // logPermanent logs a permanent fault at error once per command, key and reason.
 func (s *settler) logPermanent(d Decision, f Fault) {
-	k := faultKey{f.Command, f.Key, f.Reason}
-	if _, ok := s.logged[k]; ok {
+	if first, _ := s.r.permanent.Note(faultKey{f.Command, f.Key, f.Reason}, time.Now()); !first {
 		s.r.log.Debug().Err(f).Str(FieldID, d.Settlement.Delivery.ID).Msg("settlement failed permanently")
 		return
-	}
-	if len(s.logged) < maxLoggedFaults {
-		s.logged[k] = struct{}{}
 	}
 	ev := s.r.log.Error().Err(f.Err).Str("command", f.Command).Str(FieldKey, f.Key).Str("reason", f.Reason)
 	s.delivery(ev, d).Msg("settlement failed permanently: delivery left unsettled, it comes back by its source's rules; the rest of the pipeline goes on")

@@ -33,3 +33,24 @@ func Cap(base, max time.Duration, attempt int) time.Duration {
 	}
 	return base << shift
 }
+
+// Doubling is a backoff that grows with each failure in a row: Base after the first, doubling
+// up to Max (Cap), back to Base after Reset. The settler's resends and flow control's failed
+// store rounds both wait by one; the zero value with Base and Max set is ready to use. It is not
+// safe for concurrent use (each has one owning goroutine).
+type Doubling struct {
+	Base, Max time.Duration
+	fails     int
+}
+
+// Fail counts one more failure in a row and returns the wait before the next try.
+func (b *Doubling) Fail() time.Duration {
+	b.fails++
+	return b.Wait()
+}
+
+// Wait is the wait after the failures counted so far (Base when none are).
+func (b *Doubling) Wait() time.Duration { return Cap(b.Base, b.Max, b.fails) }
+
+// Reset forgets the failures: the next Fail waits Base again.
+func (b *Doubling) Reset() { b.fails = 0 }

@@ -76,3 +76,24 @@ func TestFullDistribution(t *testing.T) {
 		})
 	}
 }
+
+// Doubling waits Base after the first failure, doubles to Max, and starts again after Reset.
+func TestDoubling(t *testing.T) {
+	b := Doubling{Base: 50 * time.Millisecond, Max: 300 * time.Millisecond}
+	if w := b.Wait(); w != 50*time.Millisecond {
+		t.Fatalf("Wait before any failure = %s, want Base", w)
+	}
+	want := []time.Duration{50, 100, 200, 300, 300}
+	for i, w := range want {
+		if got := b.Fail(); got != w*time.Millisecond {
+			t.Fatalf("failure %d: %s, want %s", i+1, got, w*time.Millisecond)
+		}
+	}
+	if b.Wait() != 300*time.Millisecond {
+		t.Fatalf("Wait after failures = %s, want Max", b.Wait())
+	}
+	b.Reset()
+	if got := b.Fail(); got != 50*time.Millisecond {
+		t.Fatalf("after Reset: %s, want Base", got)
+	}
+}
