@@ -455,6 +455,10 @@ func TestACLClaiming(t *testing.T) {
 	aclStop(t, p)
 	e.checkClean(p.err.String())
 	e.checkCalled("evalsha", "eval", "xclaim") // the keep-alive script ran (EVAL: not cached yet)
+	e.purge(e.config("admin", aclAdmin, source, "", aclRules("stream", "jobs.done")), "flowrun dlq purge, stream sources and pubsub", aclDead)
+	if n := e.xlen("jobs.dlq"); n != 0 {
+		t.Errorf("XLEN jobs.dlq = %d after the purge, want 0", n)
+	}
 }
 
 // TestACLReclaim: the reclaim source (XAUTOCLAIM) with a dead letter and an emit to a list.
@@ -516,7 +520,11 @@ func TestACLReliableListDurable(t *testing.T) {
 	aclStop(t, p)
 	e.checkClean(p.err.String())
 	e.checkCalled("zadd", "evalsha", "zrangebyscore") // the delay queue was used
-	e.inspectAndList(source, aclDead)
+	admin := e.inspectAndList(source, aclDead)
+	e.purge(admin, "flowrun dlq purge, lists", aclDead)
+	if n := e.llen("jobs.dlq"); n != 0 {
+		t.Errorf("LLEN jobs.dlq = %d after the purge, want 0", n)
+	}
 }
 
 // TestACLSimpleList: a list with reliable = false (BRPOP), a dead letter and an emit to a list.
