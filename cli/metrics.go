@@ -13,6 +13,17 @@ import (
 	"github.com/flowrun/flowrun/telemetry"
 )
 
+// HandlerBuckets are the upper bounds (le) of flowrun_handler_seconds, in seconds: 1-2-5 steps
+// from 5 µs to 60 s, so a rule that takes microseconds and a Go handler that calls a service
+// for seconds both land in buckets of their own, and a p99 is a measurement, not an
+// interpolation inside the first bucket.
+var HandlerBuckets = []float64{
+	0.000005, 0.00001, 0.00002, 0.00005,
+	0.0001, 0.0002, 0.0005,
+	0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
+	1, 2, 5, 10, 20, 60,
+}
+
 // promMetrics implements engine.Metrics with the metric names of SPEC §10.
 type promMetrics struct {
 	reg         *prometheus.Registry
@@ -35,8 +46,8 @@ func newMetrics() *promMetrics {
 			Name: "flowrun_messages_total", Help: "Deliveries settled, by outcome.",
 		}, []string{"pipeline", "outcome"}),
 		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "flowrun_handler_seconds", Help: "Time a handler took per delivery.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+			Name: "flowrun_handler_seconds", Help: "Time a handler took per delivery (buckets from 5 µs to 60 s).",
+			Buckets: HandlerBuckets,
 		}, []string{"pipeline"}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "flowrun_dead_letters_total", Help: "Deliveries written to the dead letter.",

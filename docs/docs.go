@@ -19,6 +19,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/flowrun/flowrun/cli"
@@ -736,6 +737,7 @@ func (g *gen) metricsPage() {
 		p.f("| %s | %s | %s | %s |\n", code(m.Name), m.Type, cell(labels), cell(m.Help))
 	}
 	p.s("\n")
+	p.para("`flowrun_handler_seconds` has " + strconv.Itoa(len(cli.HandlerBuckets)) + " buckets, upper bounds (`le`) in seconds: " + bucketList(cli.HandlerBuckets) + ", then `+Inf`. A rule takes microseconds and lands in the first few; a Go handler that calls a service lands in the millisecond and second buckets, so `histogram_quantile(0.99, …)` is a measurement at either end.")
 	p.para("The `flowrun_trace_*` counters are there only while traces are exported ([tracing](" + p.link("tracing.md") + ")). Besides these, the Go runtime (`go_*`) and process (`process_*`) collectors. The source gauges are the numbers `flowrun inspect` prints, for Redis sources: a lag Redis cannot tell (entries deleted or trimmed past the group) is reported as the stream's `entries-added` minus the group's `entries-read`, an upper bound, never as 0.")
 	p.s("<a id=\"outcome-label\"></a>\n## The `outcome` label\n\n| value | counts |\n|---|---|\n")
 	for _, l := range engine.OutcomeLabels {
@@ -796,4 +798,13 @@ func Stale(dir string, pages []Page) ([]string, error) {
 		return nil
 	})
 	return stale, err
+}
+
+// bucketList writes histogram bounds as Prometheus prints them in le labels.
+func bucketList(bs []float64) string {
+	out := make([]string, len(bs))
+	for i, b := range bs {
+		out[i] = code(strconv.FormatFloat(b, 'g', -1, 64))
+	}
+	return strings.Join(out, ", ")
 }
