@@ -33,6 +33,8 @@ type wiring struct {
 	closers []func() error
 	owned   map[string][]func() error // a pipeline's own closers (its Go handler), by its name
 	closed  bool
+	// evictionSeen: the servers whose maxmemory-policy was looked at (checkEviction).
+	evictionSeen map[string]bool
 }
 
 // clientSlot is one redis block's client, opened once by whoever asks first; others asking for

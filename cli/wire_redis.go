@@ -45,6 +45,7 @@ func (w *wiring) openClient(slot *clientSlot, name string) (redis.UniversalClien
 	}
 	slot.close = sync.OnceValue(c.Close)
 	w.onClose(slot.close) // closed last: created before the sources that use it
+	w.checkEviction(name, c, pingErr == nil)
 	return c, nil
 }
 

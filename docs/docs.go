@@ -198,6 +198,7 @@ var guides = []struct{ path, title, what string }{
 	{"corner-cases.md", "Behaviour in corner cases", "what happens at the edges"},
 	{"acl.md", "ACL: the commands flowrun sends", "`ACL SETUSER` lines per source kind and option"},
 	{"recovery-bounds.md", "Recovery bounds", "what a Redis restart or failover costs, measured"},
+	{"faults.md", "Faults: partitions, a full Redis, eviction", "what a partition and a full Redis cost, the bounded logging of refused writes, the eviction warning"},
 	{"benchmarks.md", "Benchmarks", "how flowrun is measured against a plain go-redis consumer, and the current numbers"},
 	{"architecture.md", "Architecture", "the packages and the path of a message"},
 }

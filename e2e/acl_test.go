@@ -229,18 +229,28 @@ func (e *aclEnv) serverAtLeast(major, minor int) bool {
 	return maj > major || maj == major && mnr >= minor
 }
 
-// denials returns ACL LOG's entries, one line each: what Redis refused and to whom.
+// denials returns ACL LOG's entries, one line each: what Redis refused and to whom. The
+// eviction check's INFO and CONFIG GET at start (SPEC §10 "Eviction") are left out: the lines
+// grant neither on purpose (docs/acl.md makes +info optional), and TestEvictionWarning shows
+// that flowrun starts without them and that, with the optional line, nothing is refused.
 func (e *aclEnv) denials() []string {
 	e.t.Helper()
 	entries, err := e.admin.ACLLog(e.ctx, 100).Result()
 	if err != nil {
 		e.t.Fatalf("acl log: %v", err)
 	}
-	out := make([]string, len(entries))
-	for i, x := range entries {
-		out[i] = aclEntry(x)
+	var out []string
+	for _, x := range entries {
+		if !evictionCheck(x) {
+			out = append(out, aclEntry(x))
+		}
 	}
 	return out
+}
+
+// evictionCheck reports whether an ACL LOG entry is a refusal of the eviction check's commands.
+func evictionCheck(x *redis.ACLLogEntry) bool {
+	return x.Reason == "command" && (x.Object == "info" || x.Object == "config|get")
 }
 
 func aclEntry(x *redis.ACLLogEntry) string {
@@ -701,7 +711,7 @@ func TestACLDeadLetterNotWritable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, x := range entries {
-		if x.Object != "jobs.dlq" {
+		if x.Object != "jobs.dlq" && !evictionCheck(x) {
 			t.Errorf("Redis refused %s %q (context %s) too: not in the lines of docs/acl.md", x.Reason, x.Object, x.Context)
 		}
 	}

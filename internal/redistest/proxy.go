@@ -13,7 +13,8 @@ import (
 	"testing"
 )
 
-// Proxy is a loopback TCP proxy in front of one Redis server that can lose a reply on purpose:
+// Proxy is a loopback TCP proxy in front of one Redis server that can lose a reply on purpose
+// and can stop forwarding without closing (Blackhole, Heal):
 // armed with CutReply, it forwards a matching command, lets the server run it, throws the reply
 // away and closes that client connection. The client sees its connection drop with the command
 // sent and no answer, exactly as when a network fails at the wrong moment; go-redis then retries
@@ -30,6 +31,10 @@ type Proxy struct {
 	conns  map[*proxyConn]struct{}
 	closed bool
 	wg     sync.WaitGroup
+	// open is closed while bytes flow; during a blackhole it is a fresh channel that Heal
+	// closes. done is closed by Close, so nothing waits on open for ever.
+	open chan struct{}
+	done chan struct{}
 }
 
 type cutRequest struct {
@@ -45,7 +50,9 @@ func StartProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatalf("redistest: proxy listen: %v", err)
 	}
-	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[*proxyConn]struct{}{}}
+	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[*proxyConn]struct{}{},
+		open: make(chan struct{}), done: make(chan struct{})}
+	close(p.open)
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.Close)
@@ -95,10 +102,57 @@ func (p *Proxy) take(cmd []string) *cutRequest {
 	return r
 }
 
+// Blackhole makes the proxy stop forwarding without closing anything, as a network partition
+// or a frozen middlebox does: connections stay open and silent, and new connections are
+// accepted but not connected through. The connections open at the blackhole stay silent for
+// good, as flows a middlebox lost the state of do: only a client that notices (read timeouts)
+// and connects again gets through once Heal is called.
+func (p *Proxy) Blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.open:
+		p.open = make(chan struct{})
+	default: // already blackholed
+	}
+	for c := range p.conns {
+		c.mu.Lock()
+		c.frozen = true
+		c.mu.Unlock()
+	}
+}
+
+// Heal ends a blackhole for new connections.
+func (p *Proxy) Heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.open:
+	default:
+		close(p.open)
+	}
+}
+
+// pass waits while the proxy is blackholed; it reports false once the proxy is closed.
+func (p *Proxy) pass() bool {
+	p.mu.Lock()
+	open := p.open
+	p.mu.Unlock()
+	select {
+	case <-open:
+		return true
+	case <-p.done:
+		return false
+	}
+}
+
 // Close stops listening and closes every connection. Safe to call more than once.
 func (p *Proxy) Close() {
 	p.ln.Close()
 	p.mu.Lock()
+	if !p.closed {
+		close(p.done)
+	}
 	p.closed = true
 	for c := range p.conns {
 		c.close()
@@ -114,24 +168,35 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		server, err := net.Dial("tcp", p.target)
-		if err != nil {
-			client.Close()
-			continue
-		}
-		c := &proxyConn{p: p, client: client, server: server}
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			c.close()
-			return
-		}
-		p.conns[c] = struct{}{}
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go c.requests()
-		go c.replies()
+		p.wg.Add(1)
+		go p.connect(client)
 	}
+}
+
+// connect connects one accepted client through to the target, once no blackhole stops it.
+func (p *Proxy) connect(client net.Conn) {
+	defer p.wg.Done()
+	if !p.pass() {
+		client.Close()
+		return
+	}
+	server, err := net.Dial("tcp", p.target)
+	if err != nil {
+		client.Close()
+		return
+	}
+	c := &proxyConn{p: p, client: client, server: server, closed: make(chan struct{})}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		c.close()
+		return
+	}
+	p.conns[c] = struct{}{}
+	p.mu.Unlock()
+	p.wg.Add(2)
+	go c.requests()
+	go c.replies()
 }
 
 // proxyConn is one client connection and its server connection.
@@ -141,14 +206,33 @@ type proxyConn struct {
 
 	mu      sync.Mutex
 	pending [][]string // commands sent, oldest first, whose replies have not come back
+	frozen  bool       // silent for good (Blackhole)
 	once    sync.Once
+	closed  chan struct{}
 }
 
 func (c *proxyConn) close() {
 	c.once.Do(func() {
 		c.client.Close()
 		c.server.Close()
+		close(c.closed)
 	})
+}
+
+// pass waits while the proxy is blackholed, and for good once c is frozen; it reports false
+// once c or the proxy is closed.
+func (c *proxyConn) pass() bool {
+	c.mu.Lock()
+	frozen := c.frozen
+	c.mu.Unlock()
+	if frozen {
+		select {
+		case <-c.closed:
+		case <-c.p.done:
+		}
+		return false
+	}
+	return c.p.pass()
 }
 
 func (c *proxyConn) drop() {
@@ -173,6 +257,9 @@ func (c *proxyConn) requests() {
 		c.mu.Lock()
 		c.pending = append(c.pending, cmd)
 		c.mu.Unlock()
+		if !c.pass() {
+			return
+		}
 		if _, err := c.server.Write(raw.Bytes()); err != nil {
 			return
 		}
@@ -208,6 +295,9 @@ func (c *proxyConn) replies() {
 					return
 				}
 			}
+		}
+		if !c.pass() {
+			return
 		}
 		if _, err := c.client.Write(raw.Bytes()); err != nil {
 			return
