@@ -127,7 +127,7 @@ func TestBlackholeRecovery(t *testing.T) {
 
 	proxy.Blackhole()
 	during, after := batch("d", 20), batch("a", 20)
-	e.add(false, during...) // the test's client goes straight to Redis
+	e.add(false, during...)      // the test's client goes straight to Redis
 	time.Sleep(15 * time.Second) // the partition itself, not a wait for a condition
 	if seen, _ := e.done(); seen["d0"] > 0 {
 		t.Fatal("an entry was handled through the blackhole: the proxy forwarded")
