@@ -213,11 +213,7 @@ func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) {
 	// How many the filter selects in all, then the page of them: the stores walk oldest first,
 	// so a page counted from the newest end is found by its place from the oldest.
 	_, total, err := store.ListDeadLetters(ctx, env, transports.DeadLetterQuery{Limit: 1, Match: f.matcher()})
-	if budgetRefused(w, err) {
-		return
-	}
-	if err != nil {
-		writeError(w, http.StatusBadGateway, fmt.Sprintf("dead letters of %s: %v", p.Name, err))
+	if walkFailed(w, p, err) {
 		return
 	}
 	lo := offset
@@ -231,31 +227,8 @@ func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) {
 		out.Failed, out.FailedFirst = f.failed, f.first
 	}
 	if hi > lo {
-		var rows []transports.DeadLetter
-		query := transports.DeadLetterQuery{Limit: hi - lo}
-		if lo > 0 || f != nil {
-			// Letters before the page are walked and not selected.
-			var pass *countingFilter
-			if f != nil {
-				pass = &countingFilter{f: f.f, deadline: f.deadline}
-			}
-			i := 0
-			query.Match = func(m *engine.Message) (bool, error) {
-				if pass != nil {
-					if ok, err := pass.match(m); !ok {
-						return false, err
-					}
-				}
-				i++
-				return i-1 >= lo && i-1 < hi, nil
-			}
-		}
-		rows, _, err = store.ListDeadLetters(ctx, env, query)
-		if budgetRefused(w, err) {
-			return
-		}
-		if err != nil {
-			writeError(w, http.StatusBadGateway, fmt.Sprintf("dead letters of %s: %v", p.Name, err))
+		rows, _, err := store.ListDeadLetters(ctx, env, pageQuery(f, lo, hi))
+		if walkFailed(w, p, err) {
 			return
 		}
 		for _, row := range rows {
@@ -270,15 +243,44 @@ func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// budgetRefused answers a walk the filter's budget ended with 400 naming the limit.
-func budgetRefused(w http.ResponseWriter, err error) bool {
+// pageQuery selects the letters lo to hi (from the oldest) of those f selects (all without it):
+// letters before the page are walked and not selected.
+func pageQuery(f *countingFilter, lo, hi int) transports.DeadLetterQuery {
+	query := transports.DeadLetterQuery{Limit: hi - lo}
+	if lo == 0 && f == nil {
+		return query
+	}
+	var pass *countingFilter
+	if f != nil {
+		pass = &countingFilter{f: f.f, deadline: f.deadline}
+	}
+	i := 0
+	query.Match = func(m *engine.Message) (bool, error) {
+		if pass != nil {
+			if ok, err := pass.match(m); !ok {
+				return false, err
+			}
+		}
+		i++
+		return i-1 >= lo && i-1 < hi, nil
+	}
+	return query
+}
+
+// walkFailed answers a walk over the letters that failed: 400 naming the limit when the
+// filter's budget ended it, else 502 with Redis's error.
+func walkFailed(w http.ResponseWriter, p *config.Pipeline, err error) bool {
+	if err == nil {
+		return false
+	}
 	for _, limit := range []error{errFilterTime, errFilterMemory} {
 		if errors.Is(err, limit) {
 			writeError(w, http.StatusBadRequest, limit.Error())
 			return true
 		}
 	}
-	return false
+	writeError(w, http.StatusBadGateway, fmt.Sprintf("dead letters of %s: %v", p.Name, err))
+	return true
 }
 
 func intParam(s string, def int) (int, error) {
