@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -759,5 +760,51 @@ test "no bounds" {
 		if !reflect.DeepEqual(e, want.expect) {
 			t.Errorf("test %q: expect\n got %+v\nwant %+v", got.Name, e, want.expect)
 		}
+	}
+}
+
+// TestForwardHeaders: forward_headers takes a bool (default false, "true" converts as HCL does),
+// and the rule's emit spec carries it (SPEC §7).
+func TestForwardHeaders(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "f.hcl"), `
+redis "r" {
+  url = "redis://h:1"
+}
+pipeline "p" {
+  source "stream" {
+    stream = "in"
+  }
+  rule "r" {
+    outcome = "ack"
+    emit "stream" {
+      key             = "a"
+      forward_headers = true
+      headers         = { trace = "headers['trace'] ?? nil" }
+    }
+    emit "list" {
+      key = "b"
+    }
+    emit "record" {
+      key             = "c"
+      forward_headers = "true"
+    }
+    emit "pubsub" {
+      key             = "d"
+      forward_headers = false
+    }
+  }
+}
+`)
+	cfg, diags := Load([]string{dir}, Options{Hostname: "h"})
+	if len(diags) > 0 {
+		t.Fatal(diags)
+	}
+	var got []bool
+	for _, e := range cfg.Pipelines[0].Rules.Rules[0].Emits {
+		got = append(got, e.ForwardHeaders)
+	}
+	if want := []bool{true, false, true, false}; !slices.Equal(got, want) {
+		t.Errorf("forward_headers = %v, want %v", got, want)
 	}
 }

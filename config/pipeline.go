@@ -5,6 +5,7 @@ import (
 	"runtime"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/handlers"
@@ -54,7 +55,8 @@ var ruleBody = &schema.Body{
 var emitBody = &schema.Body{Attrs: []schema.Attr{
 	{Name: "key", Type: "string", Required: true, Doc: "The stream, list, channel or record key to write to."},
 	{Name: "payload", Type: "expression", Default: "the message's payload unchanged", Doc: "The payload to write: a string result as its bytes, any other value as its JSON text (`\"{'id': payload.id}\"`)."},
-	{Name: "headers", Type: "map of expressions", Default: "none", Doc: "Headers to write, each an expression whose result is written as a string (`{ source = \"'flowrun'\" }`)."},
+	{Name: "headers", Type: "map of expressions", Default: "none", Doc: "Headers to write, each an expression whose result is written as a string (`{ source = \"'flowrun'\" }`); a header whose expression gives `nil` is not written (`\"headers['trace'] ?? nil\"`)."},
+	{Name: "forward_headers", Type: "bool", Default: "false", Doc: "When true, the delivery's headers other than flowrun's own `x-` headers are written too, `headers` overriding them (a `nil` there leaves that header out)."},
 	{Name: "redis", Type: "string", Default: "the source's redis block, else the only one", Doc: "The redis block to write through (`stream`, `list` and `pubsub` emits)."},
 	{Name: "path", Type: "path", Default: "standard output", Doc: "A stream file to append the record to, relative to the HCL file (`record` emits only)."},
 }}
@@ -325,6 +327,9 @@ func (d *fileDecoder) decodeEmitBlock(block *hcl.Block) (*rules.EmitSpec, *emitR
 	if a, ok := attrs["headers"]; ok {
 		diags = append(diags, d.decodeEmitHeaders(a, e)...)
 	}
+	if a, ok := attrs["forward_headers"]; ok {
+		diags = append(diags, d.decodeForwardHeaders(a, e)...)
+	}
 	if a, ok := attrs["path"]; ok {
 		if !ek.Path {
 			diags = append(diags, notHere(a, fmt.Sprintf(`"path" only applies to %s; this emit is %s %s.`,
@@ -358,6 +363,23 @@ func (d *fileDecoder) decodeEmitBlock(block *hcl.Block) (*rules.EmitSpec, *emitR
 		}
 	}
 	return e, ref, diags
+}
+
+// decodeForwardHeaders decodes `forward_headers = true|false`. A list of names is a common
+// guess (other tools forward selected headers); the diagnostic says how to do that here.
+func (d *fileDecoder) decodeForwardHeaders(attr *hcl.Attribute, e *rules.EmitSpec) hcl.Diagnostics {
+	if v, ds := attr.Expr.Value(d.ctx); !ds.HasErrors() && !v.IsNull() && (v.Type().IsTupleType() || v.Type().IsListType() || v.Type().IsSetType()) {
+		return hcl.Diagnostics{invalidValue(attr, `"forward_headers" is true or false: true forwards every header but flowrun's own x- headers. `+
+			`To write only some headers, name them in "headers" instead: headers = { tenant = "headers['tenant'] ?? nil" }.`)}
+	}
+	if v, ds := attr.Expr.Value(d.ctx); !ds.HasErrors() && v.Type() == cty.String && v.IsKnown() && !v.IsNull() {
+		if s := v.AsString(); s == "all" || s == "*" {
+			return hcl.Diagnostics{invalidValue(attr, fmt.Sprintf(`"forward_headers" is true or false; for every header write forward_headers = true, not %q.`, s))}
+		}
+	}
+	v, diags := d.boolean(attr)
+	e.ForwardHeaders = v && !diags.HasErrors()
+	return diags
 }
 
 // decodeEmitHeaders decodes `headers = { name = "expression", ... }` in the order written.

@@ -188,3 +188,62 @@ pipeline "p2" {
 		t.Fatalf("--pipeline p2: exit %d\n%s", r.code, r.stderr)
 	}
 }
+
+// TestEmitForwardHeaders: an emit with forward_headers carries the entry's own headers (tenant,
+// trace) but not flowrun's x- headers, and a header whose expression gives nil is not written:
+// XRANGE shows no such field (SPEC §7).
+func TestEmitForwardHeaders(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "fwd.hcl", fmt.Sprintf(`redis "main" {
+  url = %q
+}
+
+pipeline "fwd" {
+  source "stream" {
+    stream = "in"
+    block  = "100ms"
+  }
+  rule "forward" {
+    emit "stream" {
+      key             = "fwd.out"
+      forward_headers = true
+      headers = {
+        stage   = "'billed'"
+        missing = "headers['missing'] ?? nil"
+        never   = "nil"
+      }
+    }
+    emit "stream" {
+      key     = "fwd.plain"
+      headers = { trace = "headers['trace'] ?? nil", missing = "headers['missing'] ?? nil" }
+    }
+    outcome = "ack"
+  }
+}
+`, srv.URL))
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "in", Values: []string{
+		"payload", `{"id":1}`, "tenant", "acme", "trace", "t-1", "x-retry-count", "1",
+	}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, "run", cfg)
+	eventually(t, 10*time.Second, "both emits written and the entry acknowledged", func() bool {
+		pend, err := rdb.XPending(ctx, "in", "fwd").Result()
+		return err == nil && pend.Count == 0 && rdb.XLen(ctx, "fwd.out").Val() == 1 && rdb.XLen(ctx, "fwd.plain").Val() == 1
+	})
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(10 * time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	want := map[string]any{"payload": `{"id":1}`, "tenant": "acme", "trace": "t-1", "stage": "billed"}
+	if got := rdb.XRange(ctx, "fwd.out", "-", "+").Val(); len(got) != 1 || fmt.Sprint(got[0].Values) != fmt.Sprint(want) {
+		t.Errorf("fwd.out = %+v, want the fields %v and no others (no missing, never, x-retry-count)", got, want)
+	}
+	want = map[string]any{"payload": `{"id":1}`, "trace": "t-1"}
+	if got := rdb.XRange(ctx, "fwd.plain", "-", "+").Val(); len(got) != 1 || fmt.Sprint(got[0].Values) != fmt.Sprint(want) {
+		t.Errorf("fwd.plain = %+v, want the fields %v (no empty missing field)", got, want)
+	}
+}

@@ -5,6 +5,7 @@ package engine
 
 import (
 	"strconv"
+	"strings"
 )
 
 // Header names flowrun sets (SPEC §6).
@@ -29,11 +30,41 @@ type Message struct {
 	// copies (Clone).
 	Headers map[string]string
 	Payload []byte
+	// Form is how the payload arrived on the wire (SPEC §3), so that a copy, delayed copy or
+	// dead letter writes it back the same way. The zero value, FormBare, is plain bytes.
+	Form PayloadForm
+}
+
+// PayloadForm is how a payload travelled in an envelope or record (SPEC §3).
+type PayloadForm uint8
+
+const (
+	// FormBare: bytes as they are (a bare list element or Pub/Sub message, a stream field, an
+	// emit's result); written where JSON is needed in whichever form keeps every byte.
+	FormBare PayloadForm = iota
+	// FormString: a JSON string, whose bytes are the payload ("true" stays a string).
+	FormString
+	// FormJSON: another JSON value, whose text is the payload (12345678901234567890 stays a number).
+	FormJSON
+	// FormBase64: a string with "encoding": "base64" beside it, whose decoded bytes are the payload.
+	FormBase64
+)
+
+// ForwardHeaders returns a new map of h's headers but flowrun's own x- headers (SPEC §7
+// forward_headers), with room for extra more.
+func ForwardHeaders(h map[string]string, extra int) map[string]string {
+	out := make(map[string]string, len(h)+extra)
+	for k, v := range h {
+		if !strings.HasPrefix(k, "x-") {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // Clone returns a deep copy whose headers may be changed freely.
 func (m *Message) Clone() *Message {
-	c := &Message{Key: m.Key, ID: m.ID, Payload: m.Payload}
+	c := &Message{Key: m.Key, ID: m.ID, Payload: m.Payload, Form: m.Form}
 	c.Headers = make(map[string]string, len(m.Headers)+1)
 	for k, v := range m.Headers {
 		c.Headers[k] = v

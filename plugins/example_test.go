@@ -144,3 +144,23 @@ func ExampleEmitter_Emit() {
 	// pubsub "orders.events"
 	// record "orders.audit" in "audit.jsonl"
 }
+
+// ForwardHeaders carries the delivery's own headers (tenant, trace) on to an emit, as a rule's
+// forward_headers = true does; flowrun's x- headers stay behind.
+func ExampleMessage_ForwardHeaders() {
+	h := plugins.HandlerFunc(func(ctx context.Context, m plugins.Message, emit *plugins.Emitter) (plugins.Outcome, error) {
+		headers := m.ForwardHeaders()
+		headers["stage"] = "billed"
+		delete(headers, "trace")
+		emit.Emit(plugins.ToStream("orders.billed"), m.Payload(), headers)
+		return plugins.Ack(), nil
+	})
+	res := plugins.Call(context.Background(), h, plugins.TestMessage{
+		Key:     "orders",
+		Headers: map[string]string{"tenant": "acme", "trace": "t-1", "x-retry-count": "2"},
+		Payload: []byte(`{"id":1}`),
+	})
+	fmt.Println(res.Emits[0].Headers)
+	// Output:
+	// map[stage:billed tenant:acme]
+}

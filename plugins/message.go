@@ -68,6 +68,17 @@ func (m Message) Headers() iter.Seq2[string, string] {
 	}
 }
 
+// ForwardHeaders is a new map of the message's headers but flowrun's own x- headers, as an
+// emit's forward_headers = true writes them (SPEC §7): the handler's to change and emit with,
+// e.Emit(to, payload, m.ForwardHeaders()) carrying tenant, trace and the like downstream. Delete a
+// name to leave it out; never nil.
+func (m Message) ForwardHeaders() map[string]string {
+	if m.d == nil {
+		return map[string]string{}
+	}
+	return engine.ForwardHeaders(m.d.Headers, 2)
+}
+
 // Payload is a copy of the payload's bytes, the caller's to keep or change.
 func (m Message) Payload() []byte {
 	if m.d == nil {

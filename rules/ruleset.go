@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -28,7 +29,10 @@ type EmitSpec struct {
 	Target      engine.Target     // resolved by config
 	Key         string            // literal destination key
 	Payload     *Value            // nil: the delivery's payload unchanged
-	Headers     map[string]*Value // results written as strings
+	Headers     map[string]*Value // results written as strings; a nil result is not written
+	// ForwardHeaders writes the delivery's headers too, but flowrun's own x- headers (SPEC §7);
+	// Headers override them.
+	ForwardHeaders bool
 	HeaderOrder []string          // optional: evaluation order of Headers (which error is reported first)
 }
 
@@ -105,9 +109,14 @@ func failed(rule, part string, err error) engine.Result {
 
 // build computes one emitted message.
 func (e *EmitSpec) build(s *state) (engine.Emit, error) {
-	m := &engine.Message{Key: e.Key, Headers: make(map[string]string, len(e.Headers))}
+	m := &engine.Message{Key: e.Key}
+	if e.ForwardHeaders {
+		m.Headers = engine.ForwardHeaders(s.d.Headers, len(e.Headers))
+	} else {
+		m.Headers = make(map[string]string, len(e.Headers))
+	}
 	if e.Payload == nil {
-		m.Payload = s.d.Payload
+		m.Payload, m.Form = s.d.Payload, s.d.Form
 	} else {
 		v, err := e.Payload.run(s)
 		if err != nil {
@@ -118,7 +127,7 @@ func (e *EmitSpec) build(s *state) (engine.Emit, error) {
 		}
 	}
 	// HeaderOrder first, so which failing header is reported is deterministic; then any header
-	// it does not list.
+	// it does not list (the config lists them all; a hand-built spec may not).
 	for _, name := range e.HeaderOrder {
 		if x := e.Headers[name]; x != nil {
 			if err := setHeader(m, s, name, x); err != nil {
@@ -126,9 +135,9 @@ func (e *EmitSpec) build(s *state) (engine.Emit, error) {
 			}
 		}
 	}
-	if len(m.Headers) < len(e.Headers) { // HeaderOrder left some out (the config lists them all)
+	if len(e.HeaderOrder) < len(e.Headers) {
 		for name, x := range e.Headers {
-			if _, done := m.Headers[name]; done || x == nil {
+			if x == nil || slices.Contains(e.HeaderOrder, name) {
 				continue
 			}
 			if err := setHeader(m, s, name, x); err != nil {
@@ -139,10 +148,16 @@ func (e *EmitSpec) build(s *state) (engine.Emit, error) {
 	return engine.Emit{Target: e.Target, Message: m}, nil
 }
 
+// setHeader writes one emit header; a nil result writes none, and removes a forwarded one of
+// that name (SPEC §7).
 func setHeader(m *engine.Message, s *state, name string, x *Value) error {
 	v, err := x.run(s)
 	if err != nil {
 		return fmt.Errorf("header %q: %w", name, err)
+	}
+	if v == nil {
+		delete(m.Headers, name)
+		return nil
 	}
 	if m.Headers[name], err = headerString(v); err != nil {
 		return fmt.Errorf("header %q: %w", name, err)
@@ -163,7 +178,7 @@ func encodePayload(v any) ([]byte, error) {
 
 // headerString writes a header value: strings as they are, numbers in decimal (no exponent when
 // integral), booleans as true/false, durations and outcomes as Go prints them (1m30s,
-// retry_after(5s)), nil as "", and anything else (arrays, maps) as its JSON text.
+// retry_after(5s)), nil as "" (emits leave a nil header out before asking), and anything else (arrays, maps) as its JSON text.
 func headerString(v any) (string, error) {
 	switch v := v.(type) {
 	case nil:

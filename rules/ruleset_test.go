@@ -279,15 +279,45 @@ func TestEmits(t *testing.T) {
 			wantPayload: payload,
 			wantHeaders: map[string]string{
 				"source": "flowrun", "amount": "20000", "big": "20000000000000000", "rate": "1.5",
-				"attempt": "2", "paid": "true", "missing": "", "delay": "1m30s",
+				"attempt": "2", "paid": "true", "delay": "1m30s", // missing: nil, not written (SPEC §7)
 				"outcome": "retry_after(5s)", "obj": `{"a":[true],"b":1}`, "original": "t-1",
 			},
+		},
+		{
+			name: "nil headers not written",
+			spec: EmitSpec{Target: target, Key: "done", Headers: map[string]*Value{
+				"none":    mustValue(t, "nil"),
+				"absent":  mustValue(t, "headers['absent'] ?? nil"),
+				"present": mustValue(t, "headers['trace'] ?? nil"),
+				"maybe":   mustValue(t, "attempt > 5 ? 'late' : nil"),
+			}, HeaderOrder: []string{"none", "absent", "present", "maybe"}},
+			wantPayload: payload,
+			wantHeaders: map[string]string{"present": "t-1"},
+		},
+		{
+			name:        "forward_headers: the delivery's but x- headers",
+			spec:        EmitSpec{Target: target, Key: "done", ForwardHeaders: true},
+			wantPayload: payload,
+			wantHeaders: map[string]string{"trace": "t-1", "tenant": "acme"},
+		},
+		{
+			name: "forward_headers: headers override, nil removes",
+			spec: EmitSpec{Target: target, Key: "done", ForwardHeaders: true, Headers: map[string]*Value{
+				"tenant": mustValue(t, "'other'"),
+				"trace":  mustValue(t, "nil"),
+				"stage":  mustValue(t, "'billed'"),
+			}, HeaderOrder: []string{"tenant", "trace", "stage"}},
+			wantPayload: payload,
+			wantHeaders: map[string]string{"tenant": "other", "stage": "billed"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rs := &RuleSet{Rules: []Rule{{Name: "ok", Emits: []EmitSpec{tt.spec}}}}
 			d := delivery(payload, map[string]string{"trace": "t-1"})
+			if tt.spec.ForwardHeaders {
+				d.Headers["tenant"], d.Headers["x-retry-count"] = "acme", "1"
+			}
 			d.Attempt = 2
 			res, name := rs.Evaluate(d)
 			if res.Err != nil {
