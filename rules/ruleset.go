@@ -26,14 +26,14 @@ type Rule struct {
 
 // EmitSpec is one `emit` block of a rule.
 type EmitSpec struct {
-	Target      engine.Target     // resolved by config
-	Key         string            // literal destination key
-	Payload     *Value            // nil: the delivery's payload unchanged
-	Headers     map[string]*Value // results written as strings; a nil result is not written
+	Target  engine.Target     // resolved by config
+	Key     string            // literal destination key
+	Payload *Value            // nil: the delivery's payload unchanged
+	Headers map[string]*Value // results written as strings; a nil result is not written
 	// ForwardHeaders writes the delivery's headers too, but flowrun's own x- headers (SPEC §7);
 	// Headers override them.
 	ForwardHeaders bool
-	HeaderOrder []string          // optional: evaluation order of Headers (which error is reported first)
+	HeaderOrder    []string // optional: evaluation order of Headers (which error is reported first)
 }
 
 // RuleSet is a pipeline's rules. Rules are tried in order; the first whose When holds decides.
