@@ -527,97 +527,24 @@ func (fs *flowStage) abandonParked() {
 	fs.parked = nil
 }
 
+// roundReq is one store round as sent: the request, and what its entries stand for.
+type roundReq struct {
+	r        *FlowRound
+	rel      []flowDone  // the finished deliveries whose leases it releases, by Releases index
+	renewing []*Delivery // the running deliveries whose leases it renews, by Renews index
+	asked    int         // admissions asked (parked deliveries with ask >= 0)
+}
+
 // round is one store round: releases, due renewals and, when admit, admissions. It reports
 // whether the store answered.
 func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 	now := time.Now()
-	r := &FlowRound{Lease: fs.lease}
-	rel := fs.releases
-	if len(rel) > flowMaxRound {
-		rel = rel[:flowMaxRound]
-	}
-	for _, fd := range rel {
-		t := fs.running[fd.d]
-		x := FlowRelease{FlowLease: t.lease}
-		if fs.f.Dedupe != nil && !fd.returned && fd.dec.Label.acked() {
-			x.Window = fs.f.Dedupe.Window
-		}
-		r.Releases = append(r.Releases, x)
-	}
-	var renewing []*Delivery
-	if !fs.renewAt.IsZero() && !now.Before(fs.renewAt) {
-		for d, t := range fs.running {
-			renewing = append(renewing, d)
-			r.Renews = append(r.Renews, t.lease)
-		}
-	}
-	asked := 0
-	if admit && fs.admitMax() > 0 {
-		r.Max = fs.admitMax()
-		// A key this process holds itself cannot be had until it is released: such deliveries,
-		// and later ones that share a key with them (order per key), are not sent, which
-		// spares Redis re-checking every busy key on every round.
-		relConc, relDedupe := map[string]int{}, map[string]bool{}
-		for _, x := range r.Releases {
-			relConc[x.Conc]++
-			relDedupe[x.Dedupe] = true
-		}
-		blocked := map[string]bool{}
-		// Ask for no more than can matter: twice what may be granted, so that a key busy in
-		// another process does not hold back the rest, without making Redis read hundreds of
-		// candidates to grant a few.
-		limit := min(flowMaxRound, r.Max+min(r.Max, 32))
-		// What this round's earlier candidates would hold if admitted: a later candidate that
-		// could only wait behind them is not sent either.
-		askConc, askDedupe := map[string]int{}, map[string]bool{}
-		for _, w := range fs.parked {
-			w.ask = -1
-			a := &w.admit
-			if asked >= limit || blocked[a.Conc] || blocked[a.Dedupe] || blocked[a.Throttle] {
-				continue
-			}
-			if a.Conc != "" && fs.localConc[a.Conc]-relConc[a.Conc]+askConc[a.Conc] >= a.ConcLimit ||
-				a.Dedupe != "" && (askDedupe[a.Dedupe] || fs.localDedupe[a.Dedupe] && !relDedupe[a.Dedupe]) {
-				for _, k := range []string{a.Conc, a.Dedupe, a.Throttle} {
-					if k != "" {
-						blocked[k] = true
-					}
-				}
-				continue
-			}
-			if a.Conc != "" {
-				askConc[a.Conc]++
-			}
-			if a.Dedupe != "" {
-				askDedupe[a.Dedupe] = true
-			}
-			w.ask = asked
-			asked++
-			r.Admits = append(r.Admits, *a)
-		}
-	}
-	if len(r.Releases)+len(r.Renews)+len(r.Admits) == 0 {
+	q := fs.request(now, admit)
+	if len(q.r.Releases)+len(q.r.Renews)+len(q.r.Admits) == 0 {
 		return true
 	}
-	if err := fs.f.Store.Round(ctx, r); err != nil {
-		// The whole round failed (a lost connection, a failover): it is sent again after a
-		// backoff, and until then nothing is admitted, and no decision waiting for its release
-		// goes on. Logged once until a round succeeds again.
-		fs.admitAt = time.Time{}
-		fs.r.metrics.SourceError()
-		if !fs.failing {
-			fs.failing = true
-			ev := fs.r.log.Warn()
-			var f Fault
-			if errors.As(err, &f) {
-				if f.Permanent {
-					ev = fs.r.log.Error()
-				}
-				ev = ev.Str("reason", f.Reason)
-			}
-			ev.Err(err).Msg("flow control: store round failed; retrying with backoff")
-		}
-		fs.retry.Fail()
+	if err := fs.f.Store.Round(ctx, q.r); err != nil {
+		fs.roundFailed(err)
 		return false
 	}
 	fs.rtt = time.Since(now)
@@ -626,20 +553,124 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 		fs.failing = false
 		fs.r.log.Info().Msg("flow control: store recovered")
 	}
+	fs.applyReleases(q)
+	fs.applyRenews(q, now)
+	fs.applyVerdicts(q, now)
+	if fs.slots < fs.r.p.Concurrency && len(q.r.Admits) > 0 {
+		fs.admitAt = time.Now().Add(min(fs.rtt, flowMaxLinger))
+	}
+	return true
+}
 
-	// Releases are done: their decisions go to the settler. One whose dedupe key could not be
-	// marked done is left unsettled instead (the mark goes before the acknowledgement); a lease
-	// or claim that could not be let go expires by itself.
-	fs.releases = fs.releases[len(rel):]
-	relFaults := faultsByIndex(r.ReleaseFaults, len(rel))
-	for i, fd := range rel {
+// request builds a round: the pending releases (at most flowMaxRound), every running lease when
+// renewals are due, and, when admit, the admissions chooseAdmits picks.
+func (fs *flowStage) request(now time.Time, admit bool) roundReq {
+	q := roundReq{r: &FlowRound{Lease: fs.lease}, rel: fs.releases}
+	if len(q.rel) > flowMaxRound {
+		q.rel = q.rel[:flowMaxRound]
+	}
+	for _, fd := range q.rel {
+		x := FlowRelease{FlowLease: fs.running[fd.d].lease}
+		if fs.f.Dedupe != nil && !fd.returned && fd.dec.Label.acked() {
+			x.Window = fs.f.Dedupe.Window
+		}
+		q.r.Releases = append(q.r.Releases, x)
+	}
+	if !fs.renewAt.IsZero() && !now.Before(fs.renewAt) {
+		for d, t := range fs.running {
+			q.renewing = append(q.renewing, d)
+			q.r.Renews = append(q.r.Renews, t.lease)
+		}
+	}
+	if admit && fs.admitMax() > 0 {
+		q.r.Max = fs.admitMax()
+		q.r.Admits = chooseAdmits(fs.parked, q.r.Releases, fs.localConc, fs.localDedupe, q.r.Max)
+		q.asked = len(q.r.Admits)
+	}
+	return q
+}
+
+// chooseAdmits picks the waiting deliveries a round asks the store to admit, in order, and sets
+// each one's ask (its index among them, -1 when not asked). A key this process holds itself
+// (held, less what rel releases) cannot be had until it is released: such deliveries, and later
+// ones that share a key with them (order per key), are not sent, which spares Redis re-checking
+// every busy key on every round. It asks for no more than can matter: twice what may be granted
+// (grant), so that a key busy in another process does not hold back the rest, without making
+// Redis read hundreds of candidates to grant a few.
+func chooseAdmits(parked []*flowWait, rel []FlowRelease, heldConc map[string]int, heldDedupe map[string]bool, grant int) []FlowAdmit {
+	relConc, relDedupe := map[string]int{}, map[string]bool{}
+	for _, x := range rel {
+		relConc[x.Conc]++
+		relDedupe[x.Dedupe] = true
+	}
+	blocked := map[string]bool{}
+	limit := min(flowMaxRound, grant+min(grant, 32))
+	// What this round's earlier candidates would hold if admitted: a later candidate that could
+	// only wait behind them is not sent either.
+	askConc, askDedupe := map[string]int{}, map[string]bool{}
+	var admits []FlowAdmit
+	for _, w := range parked {
+		w.ask = -1
+		a := &w.admit
+		if len(admits) >= limit || blocked[a.Conc] || blocked[a.Dedupe] || blocked[a.Throttle] {
+			continue
+		}
+		if a.Conc != "" && heldConc[a.Conc]-relConc[a.Conc]+askConc[a.Conc] >= a.ConcLimit ||
+			a.Dedupe != "" && (askDedupe[a.Dedupe] || heldDedupe[a.Dedupe] && !relDedupe[a.Dedupe]) {
+			for _, k := range []string{a.Conc, a.Dedupe, a.Throttle} {
+				if k != "" {
+					blocked[k] = true
+				}
+			}
+			continue
+		}
+		if a.Conc != "" {
+			askConc[a.Conc]++
+		}
+		if a.Dedupe != "" {
+			askDedupe[a.Dedupe] = true
+		}
+		w.ask = len(admits)
+		admits = append(admits, *a)
+	}
+	return admits
+}
+
+// roundFailed notes a whole round that failed (a lost connection, a failover): it is sent again
+// after a backoff, and until then nothing is admitted, and no decision waiting for its release
+// goes on. Logged once until a round succeeds again.
+func (fs *flowStage) roundFailed(err error) {
+	fs.admitAt = time.Time{}
+	fs.r.metrics.SourceError()
+	if !fs.failing {
+		fs.failing = true
+		ev := fs.r.log.Warn()
+		var f Fault
+		if errors.As(err, &f) {
+			if f.Permanent {
+				ev = fs.r.log.Error()
+			}
+			ev = ev.Str("reason", f.Reason)
+		}
+		ev.Err(err).Msg("flow control: store round failed; retrying with backoff")
+	}
+	fs.retry.Fail()
+}
+
+// applyReleases passes on the decisions of the released deliveries. One whose dedupe key could
+// not be marked done is left unsettled instead (the mark goes before the acknowledgement); a
+// lease or claim that could not be let go expires by itself.
+func (fs *flowStage) applyReleases(q roundReq) {
+	fs.releases = fs.releases[len(q.rel):]
+	relFaults := faultsByIndex(q.r.ReleaseFaults, len(q.rel))
+	for i, fd := range q.rel {
 		if t := fs.running[fd.d]; t != nil {
 			fs.unhold(t.lease)
 		}
 		delete(fs.running, fd.d)
 		if fl := faultsAt(relFaults, i); len(fl) > 0 && !fd.failed {
 			fs.r.metrics.SettleFailure(fl[0].Reason)
-			if r.Releases[i].Window > 0 && !fd.passed {
+			if q.r.Releases[i].Window > 0 && !fd.passed {
 				fs.logPermanent(fd.d, fl, "flow control: marking a dedupe key done failed permanently: delivery left unsettled (not acknowledged), it comes back by its source's rules")
 				fs.leaveUnsettled(fd.dec)
 				continue
@@ -650,17 +681,21 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 			fs.decisions <- fd.dec
 		}
 	}
-	if len(r.Renews) > 0 {
+}
+
+// applyRenews sets the next renewal and logs the renewals that failed or came too late.
+func (fs *flowStage) applyRenews(q roundReq, now time.Time) {
+	if len(q.r.Renews) > 0 {
 		fs.renewAt = now.Add(fs.lease / 3)
-		renewFaults := faultsByIndex(r.RenewFaults, len(renewing))
+		renewFaults := faultsByIndex(q.r.RenewFaults, len(q.renewing))
 		for i, fl := range renewFaults {
 			if len(fl) > 0 {
 				fs.r.metrics.SettleFailure(fl[0].Reason)
-				fs.logPermanent(renewing[i], fl, "flow control: renewing a running delivery's lease failed permanently: it may expire while the handler runs, and its key run twice")
+				fs.logPermanent(q.renewing[i], fl, "flow control: renewing a running delivery's lease failed permanently: it may expire while the handler runs, and its key run twice")
 			}
 		}
-		for _, i := range r.Lost {
-			d := renewing[i]
+		for _, i := range q.r.Lost {
+			d := q.renewing[i]
 			fs.r.log.Warn().Str(FieldKey, d.Key).Str(FieldID, d.ID).
 				Msg("flow control: a running delivery's lease expired before it was renewed; its key may run twice")
 		}
@@ -668,12 +703,16 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 	if len(fs.running) == 0 {
 		fs.renewAt = time.Time{}
 	}
+}
 
+// applyVerdicts acts on the store's answer to each asked admission: admitted ones go to the
+// workers, duplicates are acknowledged, failed ones count as retry; the rest wait on.
+func (fs *flowStage) applyVerdicts(q roundReq, now time.Time) {
 	progressed := false
 	keep := fs.parked[:0]
-	admitFaults := faultsByIndex(r.AdmitFaults, asked)
+	admitFaults := faultsByIndex(q.r.AdmitFaults, q.asked)
 	for _, w := range fs.parked {
-		if asked == 0 || w.ask < 0 {
+		if q.asked == 0 || w.ask < 0 {
 			keep = append(keep, w)
 			continue
 		}
@@ -682,27 +721,11 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 			fs.admitFailed(w, fl, now)
 			continue
 		}
-		v := r.Verdicts[w.ask]
+		v := q.r.Verdicts[w.ask]
 		switch v.Kind {
 		case FlowAdmitted:
 			progressed = true
-			if !w.again {
-				l := FlowLease{Token: w.admit.Token, Conc: w.admit.Conc, Dedupe: w.admit.Dedupe}
-				fs.running[w.d] = &flowTicket{at: now, lease: l, admit: w.admit}
-				fs.hold(l)
-			} else if t := fs.running[w.d]; t != nil {
-				t.at = now
-			}
-			if fs.renewAt.IsZero() {
-				fs.renewAt = now.Add(fs.lease / 3)
-			}
-			fs.slots--
-			a := flowStart{d: w.d}
-			if fs.slack > 0 {
-				a.by = now.Add(fs.slack)
-			}
-			fs.unstarted.Add(1)
-			fs.admitted <- a
+			fs.admitted1(w, now)
 		case FlowDuplicate:
 			progressed = true
 			fs.r.tally.read.Add(1)
@@ -722,10 +745,28 @@ func (fs *flowStage) round(ctx context.Context, admit bool) bool {
 	if progressed {
 		fs.poll = flowPollMin
 	}
-	if fs.slots < fs.r.p.Concurrency && len(r.Admits) > 0 {
-		fs.admitAt = time.Now().Add(min(fs.rtt, flowMaxLinger))
+}
+
+// admitted1 hands an admitted delivery to the workers, holding its lease (a late one asking
+// again holds it already).
+func (fs *flowStage) admitted1(w *flowWait, now time.Time) {
+	if !w.again {
+		l := FlowLease{Token: w.admit.Token, Conc: w.admit.Conc, Dedupe: w.admit.Dedupe}
+		fs.running[w.d] = &flowTicket{at: now, lease: l, admit: w.admit}
+		fs.hold(l)
+	} else if t := fs.running[w.d]; t != nil {
+		t.at = now
 	}
-	return true
+	if fs.renewAt.IsZero() {
+		fs.renewAt = now.Add(fs.lease / 3)
+	}
+	fs.slots--
+	a := flowStart{d: w.d}
+	if fs.slack > 0 {
+		a.by = now.Add(fs.slack)
+	}
+	fs.unstarted.Add(1)
+	fs.admitted <- a
 }
 
 // admitFailed decides a delivery whose admission failed permanently (a flow key it needs can
