@@ -34,6 +34,7 @@ type promMetrics struct {
 	delayed     *prometheus.GaugeVec
 	srcErrors   *prometheus.CounterVec
 	settleFails *prometheus.CounterVec
+	ruleErrors  *prometheus.CounterVec
 	sources     *sourceGauges
 }
 
@@ -66,12 +67,16 @@ func newMetrics() *promMetrics {
 		Name: "flowrun_settle_failures_total",
 		Help: "Deliveries whose settlement failed, by reason (noperm, wrongtype, connection, ...); permanent ones are left unsettled.",
 	}, []string{"pipeline", "reason"})
+	m.ruleErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flowrun_rule_errors_total",
+		Help: "Deliveries whose rule failed at run time (a type mismatch, a bad value), by rule; each is retried, and like failures are logged once per progress interval.",
+	}, []string{"pipeline", "rule"})
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "flowrun_build_info", Help: "Always 1; the labels say which flowrun this is.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(Version, runtime.Version()).Set(1)
 	m.reg.MustRegister(m.messages, m.seconds, m.deadLetters, m.inflight, m.delayed, m.srcErrors, m.settleFails,
-		build,
+		m.ruleErrors, build,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.sources = newSourceGauges(m.reg)
@@ -105,6 +110,7 @@ func (m *promMetrics) Pipeline(name string) engine.PipelineMetrics {
 		delayed:     m.delayed.WithLabelValues(name),
 		srcErrors:   m.srcErrors.WithLabelValues(name),
 		settleFails: m.settleFails.MustCurryWith(prometheus.Labels{"pipeline": name}),
+		ruleErrors:  m.ruleErrors.MustCurryWith(prometheus.Labels{"pipeline": name}),
 	}
 	for _, l := range engine.OutcomeLabels {
 		b.outcomes[l] = m.messages.WithLabelValues(name, l)
@@ -120,6 +126,7 @@ type boundMetrics struct {
 	delayed     prometheus.Gauge
 	srcErrors   prometheus.Counter
 	settleFails *prometheus.CounterVec // curried with the pipeline; reasons are few
+	ruleErrors  *prometheus.CounterVec // curried with the pipeline; rules are the config's
 }
 
 func (b *boundMetrics) Outcome(label string) {
@@ -136,6 +143,9 @@ func (b *boundMetrics) Inflight(delta int)              { b.inflight.Add(float64
 func (b *boundMetrics) DelayedHeld(n int)               { b.delayed.Set(float64(n)) }
 func (b *boundMetrics) SourceError()                    { b.srcErrors.Inc() }
 func (b *boundMetrics) SettleFailure(reason string)     { b.settleFails.WithLabelValues(reason).Inc() }
+func (b *boundMetrics) RuleError(rule string)           { b.ruleErrors.WithLabelValues(rule).Inc() }
+
+var _ engine.RuleErrorCounter = (*boundMetrics)(nil)
 
 // spanCounts is what the trace exporter counts (*telemetry.Provider).
 type spanCounts interface {

@@ -63,6 +63,7 @@ func Metrics() []MetricDoc {
 	m := newMetrics()
 	p := m.Pipeline("p")
 	p.SettleFailure("connection")
+	p.(*boundMetrics).RuleError("r")
 	m.sources.lag.WithLabelValues("p")
 	m.sources.pending.WithLabelValues("p")
 	m.sources.deadLetters.WithLabelValues("p")

@@ -147,6 +147,14 @@ func isIdentRune(r rune) bool {
 	return r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
 }
 
+// locator maps positions in the expression's text to "FILE:LINE:COL", for run-time errors.
+func (e exprSource) locator() rules.Locator {
+	return func(line, col int) string {
+		rng, _ := e.subject(line, col)
+		return fmt.Sprintf("%s:%d:%d", rng.Filename, rng.Start.Line, rng.Start.Column)
+	}
+}
+
 // compileDiag turns a rules compile error into a diagnostic at its place in the file.
 func (e exprSource) compileDiag(summary string, err error) *hcl.Diagnostic {
 	var re *rules.Error

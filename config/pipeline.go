@@ -175,6 +175,8 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 				o, err := rules.CompileOutcome(es.text)
 				if err != nil {
 					diags = append(diags, es.compileDiag("Invalid otherwise", err))
+				} else {
+					o.SetLocator(es.locator())
 				}
 				pl.Rules.Otherwise = o
 				pl.CanRetry = pl.CanRetry || mayRetry(es.text)
@@ -252,6 +254,8 @@ func (d *fileDecoder) decodeRuleBlock(block *hcl.Block) (*rules.Rule, bool, *hcl
 			c, err := rules.CompileCondition(es.text)
 			if err != nil {
 				diags = append(diags, es.compileDiag("Invalid rule", err))
+			} else {
+				c.SetLocator(es.locator())
 			}
 			r.When = c
 		}
@@ -263,6 +267,8 @@ func (d *fileDecoder) decodeRuleBlock(block *hcl.Block) (*rules.Rule, bool, *hcl
 			o, err := rules.CompileOutcome(es.text)
 			if err != nil {
 				diags = append(diags, es.compileDiag("Invalid rule", err))
+			} else {
+				o.SetLocator(es.locator())
 			}
 			r.Outcome = o
 			canRetry = mayRetry(es.text)
@@ -320,6 +326,8 @@ func (d *fileDecoder) decodeEmitBlock(block *hcl.Block) (*rules.EmitSpec, *emitR
 			v, err := rules.CompileValue(es.text)
 			if err != nil {
 				diags = append(diags, es.compileDiag("Invalid rule", err))
+			} else {
+				v.SetLocator(es.locator())
 			}
 			e.Payload = v
 		}
@@ -425,6 +433,8 @@ func (d *fileDecoder) decodeEmitHeaders(attr *hcl.Attribute, e *rules.EmitSpec) 
 		v, err := rules.CompileValue(es.text)
 		if err != nil {
 			diags = append(diags, es.compileDiag("Invalid rule", err))
+		} else {
+			v.SetLocator(es.locator())
 		}
 		e.Headers[name] = v
 		e.HeaderOrder = append(e.HeaderOrder, name)

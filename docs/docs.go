@@ -697,6 +697,11 @@ func (g *gen) expressionsPage() {
   otherwise = "retry_after('1m')"
 }
 `)
+	p.s("<a id=\"run-time-errors\"></a>\n## Run-time errors\n\n")
+	p.para("An expression that compiled can still fail on a payload it did not expect: a string where it compares with a number, a field read on a plain-text element. The delivery then counts as `retry` (with `max_attempts`, it reaches the dead letter in the end), and the log names the expression's place in the file, the rule, and the types and a short value involved:")
+	p.s("```\npayouts.hcl:12:15: rule \"big\": payload.amount is a string (\"abc\"), compared with a number\npayouts.hcl:12:15: rule \"big\": payload is a string (\"refund 12\"), so payload.amount cannot be read (payload.amount ?? default gives the default)\n```\n\n")
+	p.para("A rule that fails the same way on many messages is logged once per rule, place and reason per progress interval (`--progress-interval`, 30 s unless set), at `warn`, with `suppressed` saying how many like it were not logged since the last such line; the rest are logged at `debug`. Every failure is counted in `flowrun_rule_errors_total{pipeline,rule}`.")
+	p.para("`??` guards field reads: on its left, a field or index read whose object is not an object or array (a plain-text payload, a number), or lacks that field or index, gives `nil`, so `payload.amount ?? 0` is `0` for `refund 12`, `{}` and `{\"amount\":null}`. It does not convert: `(payload.amount ?? 0) > 100` still fails on `{\"amount\":\"abc\"}`; write `type(payload.amount) == 'float' && payload.amount > 100` to skip such messages instead.")
 	p.s("<a id=\"dlq-where\"></a>\n## Dead-letter filters (`flowrun dlq --where`)\n\n")
 	p.para("A filter sees the rules' variables filled from the dead letter (`key` is `x-original-key`, `id` the dead letter's own id, `attempt` is `x-attempts`), plus:")
 	p.s("| name | type | description |\n|---|---|---|\n")

@@ -303,6 +303,8 @@ type runner struct {
 	// permanent decides which permanent faults (settlement, flow-control store) are logged at
 	// error: the first of each command, key and reason, the rest at debug (SPEC §10).
 	permanent *faultlog.Log[faultKey]
+	// grouped decides which GroupedError deliveries are logged at warn (grouped.go).
+	grouped *faultlog.Log[string]
 }
 
 func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
@@ -315,6 +317,7 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 		metrics: e.opts.Metrics.Pipeline(p.Name),
 		// Interval 0: once for the life of the run.
 		permanent: faultlog.New[faultKey](0),
+		grouped:   faultlog.New[string](refusedInterval(e.opts.Progress)),
 	}
 
 	r.tally.start = time.Now()
@@ -530,7 +533,12 @@ func (r *runner) logDecisionAt(d *Delivery, dec Decision, err error, refused boo
 	r.metrics.Outcome(dec.Label.String())
 	r.tally.outcome(dec.Label)
 	var ev *zerolog.Event
+	grouped := false
+	if !refused {
+		ev, grouped = r.groupedEvent(err, dec)
+	}
 	switch {
+	case grouped:
 	case refused && err != nil && dec.Label != OutcomeDeadLetter:
 		ev = r.log.Debug().Err(err)
 	case err != nil:

@@ -42,6 +42,10 @@ type program struct {
 	// value without running the VM: most emit headers are one of these, and a VM run costs
 	// more than the rest of such a header.
 	direct func(d *engine.Delivery) any
+	// ops are the operations that can fail on their operands' types, by the VM's error
+	// location (runerr.go); locate maps a position in src to the file (SetLocator).
+	ops    map[int]*opInfo
+	locate Locator
 }
 
 // Condition is a compiled `when` expression.
@@ -98,7 +102,7 @@ func compile(src string, kind exprKind) (program, error) {
 	if strings.TrimSpace(src) == "" {
 		return program{}, &Error{Line: 1, Column: 1, Message: "empty expression"}
 	}
-	pt := &patcher{}
+	pt := &patcher{src: []rune(src)}
 	var envType any = env{}
 	if kind == kindFilter {
 		envType = filterEnv{}
@@ -112,6 +116,7 @@ func compile(src string, kind exprKind) (program, error) {
 		opts = append(opts, expr.Function(f.Name, f.fn, f.types...))
 	}
 	opts = append(opts, timeMethodOpts...)
+	opts = append(opts, expr.Function(fieldFunc, field))
 	if kind == kindCondition || kind == kindFilter {
 		opts = append(opts, expr.AsBool())
 	}
@@ -140,7 +145,7 @@ func compile(src string, kind exprKind) (program, error) {
 				fmt.Sprintf("expected an outcome (ack, drop, retry or retry_after(d)), got %s", typeName(bad.Type())))
 		}
 	}
-	p := program{src: src, prog: prog, usesPayload: pt.usesPayload, usesRaw: pt.usesRaw}
+	p := program{src: src, prog: prog, usesPayload: pt.usesPayload, usesRaw: pt.usesRaw, ops: pt.ops}
 	switch kind {
 	case kindOutcome:
 		p.konst = constantOutcome(prog.Node())
@@ -305,6 +310,8 @@ func cleanMessage(msg string) string {
 // argument and its constant strings become durations. It also records what the expression reads.
 // It runs once per compile, on the tree as the user wrote it.
 type patcher struct {
+	src                  []rune
+	ops                  map[int]*opInfo
 	usesPayload, usesRaw bool
 	err                  error
 	errLoc               file.Location
@@ -328,7 +335,15 @@ func (p *patcher) Visit(node *ast.Node) {
 		case "$env":
 			p.usesPayload, p.usesRaw = true, true
 		}
+	case *ast.MemberNode:
+		p.record(n)
 	case *ast.BinaryNode:
+		p.record(n)
+		// A field read on the left of `??` gives nil, not an error, where its object is not
+		// an object (a plain-text payload, a number): `payload.amount ?? 0` is 0 then.
+		if m, ok := n.Left.(*ast.MemberNode); ok && n.Operator == "??" && !m.Method && !rootedAtHeaders(m) {
+			n.Left = guardField(m)
+		}
 		// headers is a map of strings, so a missing header reads as "" and `??` would never
 		// apply; users write `headers['x'] ?? 'default'` expecting it to, so an empty header
 		// counts as missing on the left of `??`.

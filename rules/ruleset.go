@@ -96,7 +96,7 @@ func (rs *RuleSet) Evaluate(d *engine.Delivery) (engine.Result, string) {
 	if rs.Otherwise != nil {
 		out, err := rs.Otherwise.eval(&s)
 		if err != nil {
-			return engine.Result{Outcome: engine.Retry(), Err: fmt.Errorf("rules: otherwise: %w", err)}, ""
+			return engine.Result{Outcome: engine.Retry(), Err: &RuleError{Part: "otherwise", Err: err}}, ""
 		}
 		return engine.Result{Outcome: out}, ""
 	}
@@ -104,7 +104,7 @@ func (rs *RuleSet) Evaluate(d *engine.Delivery) (engine.Result, string) {
 }
 
 func failed(rule, part string, err error) engine.Result {
-	return engine.Result{Outcome: engine.Retry(), Err: fmt.Errorf("rules: rule %q: %s: %w", rule, part, err)}
+	return engine.Result{Outcome: engine.Retry(), Err: &RuleError{Rule: rule, Part: part, Err: err}}
 }
 
 // build computes one emitted message.
@@ -285,6 +285,15 @@ func decodePayload(b []byte, e *env, haveRaw bool) any {
 var vmPool = sync.Pool{New: func() any { return new(vm.VM) }}
 
 func (p *program) run(s *state) (any, error) {
+	out, err := p.runPlain(s)
+	if err != nil {
+		return nil, p.runError(err, s)
+	}
+	return out, nil
+}
+
+// runPlain runs the program, its error as the VM gives it.
+func (p *program) runPlain(s *state) (any, error) {
 	if p.direct != nil {
 		return p.direct(s.d), nil
 	}
@@ -292,10 +301,24 @@ func (p *program) run(s *state) (any, error) {
 	m := vmPool.Get().(*vm.VM)
 	out, err := m.Run(p.prog, envAny)
 	vmPool.Put(m)
-	if err != nil {
-		return nil, runError(p.src, err)
+	return out, err
+}
+
+// runError is runError, explained (the failing operation's types and values) and located in
+// the file when config set a Locator.
+func (p *program) runError(err error, s *state) error {
+	out := runError(p.src, err)
+	ee, ok := out.(*EvalError)
+	if !ok {
+		return out
 	}
-	return out, nil
+	if fe, ok := err.(*file.Error); ok {
+		p.explain(ee, fe.From, s)
+	}
+	if p.locate != nil {
+		ee.At = p.locate(ee.Line, ee.Column)
+	}
+	return ee
 }
 
 func (c *Condition) eval(s *state) (bool, error) {
@@ -337,6 +360,12 @@ type EvalError struct {
 	Line, Column int
 	Message      string
 	Err          error // expr's own error
+	// At is "FILE:LINE:COL" of the failing part, when the expression has a Locator.
+	At string
+	// Reason says what went wrong with the types and short values involved (`payload.amount is
+	// a string ("abc"), compared with a number`); Kind is the same without the values. Both
+	// are "" when the error is not about an operation's operand types.
+	Reason, Kind string
 }
 
 func (e *EvalError) Error() string { return fmt.Sprintf("%s (at %d:%d)", e.Message, e.Line, e.Column) }

@@ -447,7 +447,7 @@ func TestRuntimeErrorIsRetry(t *testing.T) {
 			},
 			payload:  `{"delay":"5x"}`,
 			wantRule: "later",
-			wantErr:  []string{`rules: rule "later": outcome: `, `retry_after: invalid duration "5x"`, "(at 1:1)"},
+			wantErr:  []string{`rule "later": outcome: `, `retry_after: invalid duration "5x"`, "(at 1:1)"},
 		},
 		{
 			name: "when fails",
@@ -459,7 +459,7 @@ func TestRuntimeErrorIsRetry(t *testing.T) {
 			},
 			payload:  `{"amount":"lots"}`,
 			wantRule: "b",
-			wantErr:  []string{`rules: rule "b": when: `, "invalid operation: string > int (at 2:18)"},
+			wantErr:  []string{`rule "b": payload.amount is a string ("lots"), compared with a number (at 2:3)`},
 		},
 		{
 			name: "when not bool at run time",
@@ -468,7 +468,7 @@ func TestRuntimeErrorIsRetry(t *testing.T) {
 			},
 			payload:  `{"flag":"yes"}`,
 			wantRule: "flag",
-			wantErr:  []string{`rules: rule "flag": when: invalid operation: bool(string) (at 1:1)`},
+			wantErr:  []string{`rule "flag": when: invalid operation: bool(string) (at 1:1)`},
 		},
 		{
 			name: "emit payload fails",
@@ -478,7 +478,7 @@ func TestRuntimeErrorIsRetry(t *testing.T) {
 			},
 			payload:  `{"a":1}`,
 			wantRule: "e",
-			wantErr:  []string{`rules: rule "e": emit 1 (stream "out"): payload: `},
+			wantErr:  []string{`rule "e": emit 1 (stream "out"): payload: `},
 		},
 		{
 			name: "emit header fails",
@@ -488,7 +488,7 @@ func TestRuntimeErrorIsRetry(t *testing.T) {
 			},
 			payload:  `{"n":"seven"}`,
 			wantRule: "h",
-			wantErr:  []string{`rules: rule "h": emit 1 (list "out"): header "n": `},
+			wantErr:  []string{`rule "h": emit 1 (list "out"): header "n": `},
 		},
 		{
 			name: "otherwise fails",
@@ -497,7 +497,7 @@ func TestRuntimeErrorIsRetry(t *testing.T) {
 			},
 			payload:  `{"base":"x"}`,
 			wantRule: "",
-			wantErr:  []string{`rules: otherwise: `, `backoff: base: invalid duration "x"`},
+			wantErr:  []string{`otherwise: `, `backoff: base: invalid duration "x"`},
 		},
 	}
 	for _, tt := range tests {
