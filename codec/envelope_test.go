@@ -21,7 +21,10 @@ func TestDecodeEnvelope(t *testing.T) {
 		{"empty headers", `{"headers":{},"payload":null}`, map[string]string{}, "null"},
 		{"other member: bare", `{"payload":1,"x":2}`, map[string]string{}, `{"payload":1,"x":2}`},
 		{"no payload: bare", `{"headers":{"a":"b"}}`, map[string]string{}, `{"headers":{"a":"b"}}`},
-		{"header not a string: bare", `{"headers":{"a":1},"payload":1}`, map[string]string{}, `{"headers":{"a":1},"payload":1}`},
+		{"number and boolean headers as their text", `{"payload":"x","headers":{"seq":"L7","n":5,"f":-1.5e3,"ok":true,"no":null}}`, map[string]string{"seq": "L7", "n": "5", "f": "-1.5e3", "ok": "true"}, "x"},
+		{"header an object: bare", `{"headers":{"a":{}},"payload":1}`, map[string]string{}, `{"headers":{"a":{}},"payload":1}`},
+		{"base64", `{"payload":"AP/+gAo=","encoding":"base64","headers":{"a":"b"}}`, map[string]string{"a": "b"}, "\x00\xff\xfe\x80\n"},
+		{"bad base64: bare", `{"payload":"AP/+gAo","encoding":"base64"}`, map[string]string{}, `{"payload":"AP/+gAo","encoding":"base64"}`},
 		{"headers null: bare", `{"headers":null,"payload":1}`, map[string]string{}, `{"headers":null,"payload":1}`},
 		{"plain object: bare", `{"id":7}`, map[string]string{}, `{"id":7}`},
 		{"empty object: bare", `{}`, map[string]string{}, `{}`},
@@ -53,7 +56,11 @@ func TestEncodeEnvelope(t *testing.T) {
 		{"bare json kept as is", engine.Message{Payload: []byte(`{"id": 7}`)}, `{"id": 7}`},
 		{"empty headers bare", engine.Message{Headers: map[string]string{}, Payload: []byte("x")}, "x"},
 		{"headers text", engine.Message{Headers: map[string]string{"x-retry-count": "1"}, Payload: []byte("hello")}, `{"headers":{"x-retry-count":"1"},"payload":"hello"}`},
-		{"headers json", engine.Message{Headers: map[string]string{"b": "2", "a": "1"}, Payload: []byte(`{"id": 7}`)}, `{"headers":{"a":"1","b":"2"},"payload":{"id":7}}`},
+		{"headers json", engine.Message{Headers: map[string]string{"b": "2", "a": "1"}, Payload: []byte(`{"id": 7}`)}, `{"headers":{"a":"1","b":"2"},"payload":"{\"id\": 7}"}`}, // bytes kept: not compact, so a string
+		{"headers compact json", engine.Message{Headers: map[string]string{"a": "1"}, Payload: []byte(`{"id":7}`)}, `{"headers":{"a":"1"},"payload":{"id":7}}`},
+		{"headers not utf-8", engine.Message{Headers: map[string]string{"a": "1"}, Payload: []byte("\x00\xff\xfe\x80\n")}, `{"headers":{"a":"1"},"payload":"AP/+gAo=","encoding":"base64"}`},
+		{"string form kept", engine.Message{Headers: map[string]string{"a": "1"}, Payload: []byte("true"), Form: engine.FormString}, `{"headers":{"a":"1"},"payload":"true"}`},
+		{"json form kept", engine.Message{Headers: map[string]string{"a": "1"}, Payload: []byte("12345678901234567890"), Form: engine.FormJSON}, `{"headers":{"a":"1"},"payload":12345678901234567890}`},
 		{"envelope-looking payload wrapped", engine.Message{Payload: []byte(`{"payload":1}`)}, `{"payload":{"payload":1}}`},
 	}
 	for _, tt := range tests {

@@ -33,7 +33,7 @@ var (
 	errNotObject  = fmt.Errorf("%w: not a JSON object", ErrMalformed)
 	errNoKey      = fmt.Errorf("%w: key missing", ErrMalformed)
 	errKeyType    = fmt.Errorf("%w: key is not a string", ErrMalformed)
-	errHeaderType = fmt.Errorf("%w: headers are not an object of strings", ErrMalformed)
+	errHeaderType = fmt.Errorf("%w: headers are not an object of strings, numbers and booleans", ErrMalformed)
 )
 
 // DecodeRecord decodes one record line (without or with its trailing newline). The message's
@@ -50,6 +50,7 @@ func DecodeRecord(line []byte) (engine.Message, error) {
 		return m, errNotObject
 	}
 	haveKey := false
+	var rawPay, rawEnc []byte
 	it := newObjectIter(line, i)
 	for {
 		name, v, ok := it.next()
@@ -64,45 +65,38 @@ func DecodeRecord(line []byte) (engine.Message, error) {
 			m.Key = unquoteString(v)
 			haveKey = true
 		case "headers":
-			h, ok := decodeHeaders(v, true)
-			if !ok {
+			if v[0] == 'n' {
+				continue
+			}
+			if v[0] != '{' {
 				return engine.Message{}, errHeaderType
 			}
-			m.Headers = h
+			m.Headers = make(map[string]string)
+			if _, ok := decodeHeaderValues(v, m.Headers); !ok {
+				return engine.Message{}, errHeaderType
+			}
 		case "payload":
-			m.Payload = decodePayload(v)
+			rawPay = v
+		case "encoding":
+			rawEnc = v
 		}
 	}
 	if !haveKey {
 		return engine.Message{}, errNoKey
 	}
+	if rawPay != nil {
+		p, form, err := decodePayloadForm(rawPay, rawEnc)
+		if err != nil {
+			return engine.Message{}, err
+		}
+		m.Payload, m.Form = p, form
+	} else if rawEnc != nil {
+		return engine.Message{}, errBadBase64
+	}
 	if m.Headers == nil {
 		m.Headers = make(map[string]string)
 	}
 	return m, nil
-}
-
-// decodeHeaders decodes a valid JSON value that must be an object of strings (or null, when
-// allowNull). It reports false for anything else.
-func decodeHeaders(v []byte, allowNull bool) (map[string]string, bool) {
-	if v[0] == 'n' && allowNull {
-		return nil, true
-	}
-	if v[0] != '{' {
-		return nil, false
-	}
-	h := make(map[string]string)
-	it := newObjectIter(v, 0)
-	for {
-		name, hv, ok := it.next()
-		if !ok {
-			return h, true
-		}
-		if hv[0] != '"' {
-			return nil, false
-		}
-		h[string(name)] = unquoteString(hv)
-	}
 }
 
 // decodePayload turns a valid JSON value into payload bytes: a string's bytes, or the compact
@@ -123,8 +117,8 @@ func AppendRecord(dst []byte, m *engine.Message) []byte {
 		dst = append(dst, `,"headers":`...)
 		dst = appendHeaders(dst, m.Headers)
 	}
-	dst = append(dst, `,"payload":`...)
-	dst = appendPayload(dst, m.Payload)
+	dst = append(dst, ',')
+	dst = appendPayloadForm(dst, m.Payload, m.Form, false)
 	return append(dst, '}', '\n')
 }
 

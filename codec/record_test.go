@@ -77,8 +77,11 @@ func TestDecodeRecordMalformed(t *testing.T) {
 		{"key null", `{"key":null}`, errKeyType},
 		{"headers array", `{"key":"a","headers":["x"]}`, errHeaderType},
 		{"headers string", `{"key":"a","headers":"x"}`, errHeaderType},
-		{"header value number", `{"key":"a","headers":{"x":1}}`, errHeaderType},
-		{"header value null", `{"key":"a","headers":{"x":null}}`, errHeaderType},
+		{"header value object", `{"key":"a","headers":{"x":{"y":1}}}`, errHeaderType},
+		{"header value array", `{"key":"a","headers":{"x":[1]}}`, errHeaderType},
+		{"encoding not base64", `{"key":"a","payload":"eA==","encoding":"hex"}`, errBadEncoding},
+		{"base64 not a string", `{"key":"a","payload":1,"encoding":"base64"}`, errBadBase64},
+		{"base64 broken", `{"key":"a","payload":"e!==","encoding":"base64"}`, errBadBase64},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -106,7 +109,7 @@ func TestAppendRecord(t *testing.T) {
 		{"invalid json", engine.Message{Key: "k", Payload: []byte(`{"a":`)}, `{"key":"k","payload":"{\"a\":"}`},
 		{"control bytes", engine.Message{Key: "k", Payload: []byte("a\nb\r\t\x00\x1f\"\\")}, `{"key":"k","payload":"a\nb\r\t\u0000\u001f\"\\"}`},
 		{"backspace and form feed long", engine.Message{Key: "k", Payload: []byte("a\b\fb")}, `{"key":"k","payload":"a\u0008\u000cb"}`},
-		{"invalid utf-8", engine.Message{Key: "k", Payload: []byte("a\xffb")}, `{"key":"k","payload":"a\ufffdb"}`},
+		{"invalid utf-8", engine.Message{Key: "k", Payload: []byte("a\xffb")}, `{"key":"k","payload":"Yf9i","encoding":"base64"}`},
 		{"line separators", engine.Message{Key: "k", Payload: []byte("a\u2028b\u2029")}, `{"key":"k","payload":"a\u2028b\u2029"}`},
 		{"utf-8", engine.Message{Key: "k", Payload: []byte("é😀")}, `{"key":"k","payload":"é😀"}`},
 		{"headers sorted", engine.Message{Key: "k", Headers: map[string]string{"z": "1", "a": "2", "m\"": "x\ny"}, Payload: []byte(`1`)}, `{"key":"k","headers":{"a":"2","m\"":"x\ny","z":"1"},"payload":1}`},

@@ -184,6 +184,7 @@ func sourcePath(kind string) string { return "sources/" + kind + ".md" }
 var guides = []struct{ path, title, what string }{
 	{"commands.md", "Commands", "what each command does, the flags of `run`, what a config error looks like"},
 	{"configuration.md", "Configuration in brief", "the shape of a file, Redis Cluster keys, records, two things to know about rules"},
+	{"envelopes.md", "Envelopes", "list elements and Pub/Sub messages with headers, base64 for binary payloads, a worked example"},
 	{"settlement.md", "Sources and how they settle", "per source kind, what each outcome does in Redis; attempts, caps, dead letters and delays; failed settlements"},
 	{"flow-control.md", "Flow control", "`concurrency_key`, `throttle` and `dedupe`, and the keys they keep in Redis"},
 	{"logging.md", "Logging", "formats, colour, levels, units (durations in `_ms` fields), progress lines and the end-of-input summary"},

@@ -130,7 +130,7 @@ func TestMalformedLinesLogged(t *testing.T) {
 {"key":"a","payload":
 [1,2]
 {"key":7}
-{"key":"a","headers":{"n":1}}
+{"key":"a","headers":{"n":[1]}}
 {"key":"a","payload":6}
 `)
 	s, logs := open(t, Options{Path: path})
@@ -142,7 +142,7 @@ func TestMalformedLinesLogged(t *testing.T) {
 		2: "malformed record: not JSON",
 		3: "malformed record: not a JSON object",
 		4: "malformed record: key is not a string",
-		5: "malformed record: headers are not an object of strings",
+		5: "malformed record: headers are not an object of strings, numbers and booleans",
 	}
 	seen := map[float64]string{}
 	for _, e := range logs.Entries(t) {

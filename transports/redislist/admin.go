@@ -40,8 +40,9 @@ func ReadDeadLetters(ctx context.Context, c redis.UniversalClient, key string, c
 func deadLetters(key string, els []string) []DeadLetter {
 	out := make([]DeadLetter, len(els))
 	for i, el := range els {
-		h, p := codec.DecodeEnvelope([]byte(el))
-		out[len(els)-1-i] = DeadLetter{Raw: el, Message: &engine.Message{Key: key, Headers: h, Payload: p}}
+		m := &engine.Message{Key: key}
+		_ = codec.DecodeEnvelopeInto([]byte(el), m) // a malformed letter is shown as its bytes
+		out[len(els)-1-i] = DeadLetter{Raw: el, Message: m}
 	}
 	return out
 }

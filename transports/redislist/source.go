@@ -76,6 +76,7 @@ return 0`)
 // Source is a list source. Receive runs in one goroutine; Settle and Requeue may run alongside.
 type Source struct {
 	engine.ErrorHook // malformed records and failed reads count as source errors
+	malformed        codec.MalformedCount
 
 	client  redis.UniversalClient
 	opts    Options
@@ -381,11 +382,10 @@ func (s *Source) handOver(ctx context.Context, feed engine.Feed, elems []string)
 	ds := make([]*engine.Delivery, len(elems))
 	toks := make([]*token, len(elems))
 	for i, e := range elems {
-		h, p := codec.DecodeEnvelope([]byte(e))
 		toks[i] = &token{elem: e}
-		ds[i] = &engine.Delivery{
-			Message: engine.Message{Key: s.opts.Key, Headers: h, Payload: p},
-			Token:   toks[i],
+		ds[i] = &engine.Delivery{Message: engine.Message{Key: s.opts.Key}, Token: toks[i]}
+		if err := codec.DecodeEnvelopeInto([]byte(e), &ds[i].Message); err != nil {
+			s.noteMalformed(err)
 		}
 		// Counted before the send: a fast handler may settle it before the send returns.
 		if s.opts.Reliable {
@@ -547,3 +547,15 @@ func (s *Source) uncount(t *token) {
 func blockSeconds(d time.Duration) string {
 	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
 }
+
+// noteMalformed counts a malformed envelope, read as a bare payload (SPEC §3), and logs the
+// first, with where in the element it went wrong: one line per pipeline, not one per message.
+func (s *Source) noteMalformed(err error) {
+	s.ReportError()
+	if s.malformed.Add() {
+		s.log.Warn().Err(err).Msg("malformed envelope read as a bare payload; later ones are counted, not logged")
+	}
+}
+
+// Malformed returns how many malformed envelopes were read as bare payloads so far.
+func (s *Source) Malformed() int64 { return s.malformed.Load() }

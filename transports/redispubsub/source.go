@@ -74,6 +74,7 @@ func (o *Options) Validate() error {
 // alongside it, on the client's pool (never on the subscribed connection).
 type Source struct {
 	engine.ErrorHook // malformed records and failed reads count as source errors
+	malformed        codec.MalformedCount
 
 	client  redis.UniversalClient
 	opts    Options
@@ -206,10 +207,12 @@ func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 }
 
 func (s *Source) handOver(ctx context.Context, feed engine.Feed, m *redis.Message) bool {
-	h, p := codec.DecodeEnvelope([]byte(m.Payload))
 	d := &engine.Delivery{
-		Message: engine.Message{Key: m.Channel, Headers: h, Payload: p},
+		Message: engine.Message{Key: m.Channel},
 		Token:   &token{channel: m.Channel, pattern: m.Pattern},
+	}
+	if err := codec.DecodeEnvelopeInto([]byte(m.Payload), &d.Message); err != nil {
+		s.noteMalformed(err)
 	}
 	return feed.Push(ctx, []*engine.Delivery{d})
 }
@@ -218,3 +221,15 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// noteMalformed counts a malformed envelope, read as a bare payload (SPEC §3), and logs the
+// first, with where in the element it went wrong: one line per pipeline, not one per message.
+func (s *Source) noteMalformed(err error) {
+	s.ReportError()
+	if s.malformed.Add() {
+		s.log.Warn().Err(err).Msg("malformed envelope read as a bare payload; later ones are counted, not logged")
+	}
+}
+
+// Malformed returns how many malformed envelopes were read as bare payloads so far.
+func (s *Source) Malformed() int64 { return s.malformed.Load() }
