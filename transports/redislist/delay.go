@@ -91,7 +91,23 @@ func (s *Source) moveDue(ctx context.Context) error {
 		}
 	}
 	s.nextDue.Store(next)
+	s.movedAt.Store(time.Now().UnixMilli())
 	return nil
+}
+
+// moveDueEvery bounds how late a copy another process delayed is moved back: this source
+// knows only its own copies' due times and the earliest one the last script saw.
+const moveDueEvery = time.Second
+
+// moveDueNow says whether a read should run the move-back script first: when a copy this
+// source knows of is due, or moveDueEvery has passed since the last run. Otherwise the script
+// would cost a round trip per read and move nothing.
+func (s *Source) moveDueNow(now time.Time) bool {
+	ms := now.UnixMilli()
+	if nd := s.nextDue.Load(); nd != 0 && ms >= nd {
+		return true
+	}
+	return ms-s.movedAt.Load() >= moveDueEvery.Milliseconds()
 }
 
 // lowerNextDue records a delayed copy due at ms if it is earlier than the one known.

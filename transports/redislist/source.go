@@ -86,6 +86,7 @@ type Source struct {
 	ready   atomic.Bool
 	conns   *redisconn.ConnWatch // reliable: a broken connection may have lost a BLMOVE reply
 	nextDue atomic.Int64         // durable_zset: unix ms of the earliest delayed copy known; 0 when none
+	movedAt atomic.Int64         // durable_zset: unix ms of the last move-back script
 
 	// more is how many non-blocking LMOVEs follow a BLMOVE (reliable reads; Receive only). It
 	// adapts: it doubles while they all find an element and shrinks when the list runs dry, so
@@ -296,7 +297,7 @@ func (s *Source) read(ctx context.Context, limit int) ([]string, error) {
 	if !s.opts.Reliable {
 		return s.readSimple(ctx, limit)
 	}
-	if s.opts.durable() {
+	if s.opts.durable() && s.moveDueNow(time.Now()) {
 		if err := s.moveDue(ctx); err != nil {
 			return nil, err
 		}
