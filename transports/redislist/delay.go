@@ -3,8 +3,9 @@ package redislist
 // Durable delays on a reliable list (delayed_retry = "durable_zset"; SPEC §5 names stream
 // sources, and flowrun extends it to reliable lists). A retry_after copy goes into the sorted set
 // DelayKey, scored by its due time in wall-clock milliseconds, and its element leaves the
-// processing list, in one script (settleScript); every read first moves due copies back onto the
-// list (LPUSH, as retry copies go), in another (moveDueScript). So
+// processing list, in one script (settleScript); a read moves due copies back onto the list
+// (LPUSH, as retry copies go) in another (moveDueScript), when a copy it knows of is due and at
+// least once a second (moveDueNow). So
 // a crash at any moment leaves the element either in the processing list (returned at the next
 // start) or in the delay queue, never in neither.
 //

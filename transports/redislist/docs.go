@@ -28,8 +28,9 @@ envelope; anything else is a bare payload without headers. The message's ` + "`k
 SPEC §5 names ` + "`delayed_retry = \"durable_zset\"`" + ` for stream sources; flowrun extends it to reliable
 lists. The copy (an envelope with ` + "`x-retry-count`" + ` one higher) is added to the sorted set ` + "`delay_key`" + `
 (default ` + "`\"<key>:delayed\"`" + `), scored by its due time in wall-clock milliseconds, and the element is removed
-from the processing list, in one Lua script. Every read first moves up to 128 due copies back onto
-` + "`key`" + ` (` + "`ZRANGEBYSCORE`" + `, ` + "`LPUSH`" + `, ` + "`ZREM`" + `), in another, so two workers never move one copy twice; a
+from the processing list, in one Lua script. A read first moves up to 128 due copies back onto
+` + "`key`" + ` (` + "`ZRANGEBYSCORE`" + `, ` + "`LPUSH`" + `, ` + "`ZREM`" + `), in another, so two workers never move one copy twice, whenever a copy this
+process knows of is due and at least once a second (for the copies other processes delayed); a
 read blocks no longer than until the next copy this process knows of is due, and a delay is
 honoured to within one ` + "`block`" + `. The workers that share a list should have agreeing clocks. In a
 Redis Cluster ` + "`key`" + `, ` + "`processing`" + ` and ` + "`delay_key`" + ` must hash to one slot (use a ` + "`{hash tag}`" + `);

@@ -21,7 +21,7 @@ import (
 var delayAttrs = []transports.PipelineAttr{
 	{AppliesTo: delayAppliesTo, Attr: schema.Attr{
 		Name: "delayed_retry", Type: "string", Default: schema.Value(DelayRuntime),
-		Doc: "Where `retry_after(d)` copies wait: `\"runtime\"` holds the copy in the process and pushes it to the list when due (a crash before then loses it; a clean stop pushes every held copy at once); `\"durable_zset\"` (a reliable list only) adds it to the sorted set `delay_key`, scored by its due time, and removes the element from the processing list in one Lua script, and every read first moves due copies back onto the list with another, so a crash loses nothing.",
+		Doc: "Where `retry_after(d)` copies wait: `\"runtime\"` holds the copy in the process and pushes it to the list when due (a crash before then loses it; a clean stop pushes every held copy at once); `\"durable_zset\"` (a reliable list only) adds it to the sorted set `delay_key`, scored by its due time, and removes the element from the processing list in one Lua script, and reads move due copies back onto the list with another (when a copy this process knows of is due, and at least once a second), so a crash loses nothing.",
 	}},
 	{AppliesTo: delayAppliesTo, Attr: schema.Attr{
 		Name: "delay_key", Type: "string", Default: "`\"<key>" + DelayKeySuffix + "\"`",
