@@ -79,45 +79,12 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 		DeclRange:       block.DefRange,
 	}
 	content, diags := block.Body.Content(d.schemas.pipeline)
+	nb := sortPipelineBlocks(content.Blocks)
 
-	var sources, ruleBlocks, handlers, flowBlocks []*hcl.Block
-	var sourceBody *hcl.BodyContent
-	for _, b := range content.Blocks {
-		switch b.Type {
-		case "source":
-			sources = append(sources, b)
-		case "rule":
-			ruleBlocks = append(ruleBlocks, b)
-		case "handler":
-			handlers = append(handlers, b)
-		case "concurrency_key", "throttle", "dedupe":
-			flowBlocks = append(flowBlocks, b)
-		}
-	}
+	sourceBody, ds := d.decodePipelineSource(pl, block, nb.sources)
+	diags = append(diags, ds...)
 
-	switch len(sources) {
-	case 0:
-		diags = append(diags, &hcl.Diagnostic{
-			Severity: hcl.DiagError,
-			Summary:  "Missing source",
-			Detail:   `A pipeline needs one "source" block.`,
-			Subject:  block.DefRange.Ptr(),
-		})
-	default:
-		s, body, ds := d.decodeSourceBlock(sources[0])
-		diags = append(diags, ds...)
-		pl.Source, sourceBody = s, body
-		for _, extra := range sources[1:] {
-			diags = append(diags, &hcl.Diagnostic{
-				Severity: hcl.DiagError,
-				Summary:  "Duplicate source block",
-				Detail:   fmt.Sprintf("A pipeline has exactly one source; the first is declared at %s.", where(sources[0].DefRange)),
-				Subject:  extra.DefRange.Ptr(),
-			})
-		}
-	}
-
-	flow, ds := d.decodeFlowBlocks(flowBlocks)
+	flow, ds := d.decodeFlowBlocks(nb.flow)
 	diags = append(diags, ds...)
 	pl.Flow = flow
 
@@ -128,7 +95,77 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 	opt(attrs, "shutdown_timeout", d.nonNegativeDuration, &pl.ShutdownTimeout, &diags)
 	opt(attrs, "max_held", d.count, &pl.MaxHeld, &diags)
 
-	// A rule set or a handler, exactly one of them.
+	diags = append(diags, d.decodePipelineDecider(pl, block, nb.rules, nb.handlers)...)
+	if a, ok := attrs["otherwise"]; ok {
+		diags = append(diags, d.decodeOtherwise(pl, a)...)
+	}
+	if pl.Handler != nil {
+		pl.CanRetry = true // a Go handler may return anything
+	}
+	if pl.Flow != nil {
+		pl.CanRetry = true // a key expression that fails is a retry (SPEC §13)
+	}
+
+	if pl.Source != nil {
+		diags = append(diags, d.decodeSourceConfig(pl, nb.sources[0], sourceBody, block, attrs)...)
+	}
+	if !diags.HasErrors() {
+		diags = append(diags, lintPipeline(pl)...)
+	}
+	return pl, diags
+}
+
+// pipelineBlocks is a pipeline body's nested blocks sorted by kind.
+type pipelineBlocks struct {
+	sources, rules, handlers, flow []*hcl.Block
+}
+
+// sortPipelineBlocks groups a pipeline's nested blocks by what they declare.
+func sortPipelineBlocks(blocks hcl.Blocks) pipelineBlocks {
+	var nb pipelineBlocks
+	for _, b := range blocks {
+		switch b.Type {
+		case "source":
+			nb.sources = append(nb.sources, b)
+		case "rule":
+			nb.rules = append(nb.rules, b)
+		case "handler":
+			nb.handlers = append(nb.handlers, b)
+		case "concurrency_key", "throttle", "dedupe":
+			nb.flow = append(nb.flow, b)
+		}
+	}
+	return nb
+}
+
+// decodePipelineSource decodes the pipeline's one source block into pl.Source and returns its
+// remaining body for decodeSourceConfig; a missing or repeated source is an error.
+func (d *fileDecoder) decodePipelineSource(pl *Pipeline, block *hcl.Block, sources []*hcl.Block) (*hcl.BodyContent, hcl.Diagnostics) {
+	if len(sources) == 0 {
+		return nil, hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Missing source",
+			Detail:   `A pipeline needs one "source" block.`,
+			Subject:  block.DefRange.Ptr(),
+		}}
+	}
+	s, body, diags := d.decodeSourceBlock(sources[0])
+	pl.Source = s
+	for _, extra := range sources[1:] {
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Duplicate source block",
+			Detail:   fmt.Sprintf("A pipeline has exactly one source; the first is declared at %s.", where(sources[0].DefRange)),
+			Subject:  extra.DefRange.Ptr(),
+		})
+	}
+	return body, diags
+}
+
+// decodePipelineDecider decodes what decides each message's outcome: a rule set or a handler,
+// exactly one of them.
+func (d *fileDecoder) decodePipelineDecider(pl *Pipeline, block *hcl.Block, ruleBlocks, handlers []*hcl.Block) hcl.Diagnostics {
+	var diags hcl.Diagnostics
 	switch {
 	case len(ruleBlocks) == 0 && len(handlers) == 0:
 		diags = append(diags, &hcl.Diagnostic{
@@ -165,41 +202,30 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 		diags = append(diags, ds...)
 		pl.Rules, pl.CanRetry, pl.bareRetries, pl.emitRefs = rs, canRetry, bare, refs
 	}
-	if a, ok := attrs["otherwise"]; ok {
-		if pl.Rules == nil {
-			diags = append(diags, notHere(a, `"otherwise" belongs to a pipeline with rules; a handler decides every outcome itself.`))
-		} else {
-			es, ds := d.exprSource(a.Expr, `"otherwise"`)
-			diags = append(diags, ds...)
-			if !ds.HasErrors() {
-				o, err := rules.CompileOutcome(es.text)
-				if err != nil {
-					diags = append(diags, es.compileDiag("Invalid otherwise", err))
-				} else {
-					o.SetLocator(es.locator())
-				}
-				pl.Rules.Otherwise = o
-				pl.CanRetry = pl.CanRetry || mayRetry(es.text)
-				if bare, _ := retryNames(es.text); bare {
-					pl.bareRetries = append(pl.bareRetries, a.Expr.Range())
-				}
-			}
-		}
-	}
-	if pl.Handler != nil {
-		pl.CanRetry = true // a Go handler may return anything
-	}
-	if pl.Flow != nil {
-		pl.CanRetry = true // a key expression that fails is a retry (SPEC §13)
-	}
+	return diags
+}
 
-	if pl.Source != nil {
-		diags = append(diags, d.decodeSourceConfig(pl, sources[0], sourceBody, block, attrs)...)
+// decodeOtherwise compiles the "otherwise" outcome into pl.Rules; it belongs only to a rule set.
+func (d *fileDecoder) decodeOtherwise(pl *Pipeline, a *hcl.Attribute) hcl.Diagnostics {
+	if pl.Rules == nil {
+		return hcl.Diagnostics{notHere(a, `"otherwise" belongs to a pipeline with rules; a handler decides every outcome itself.`)}
 	}
-	if !diags.HasErrors() {
-		diags = append(diags, lintPipeline(pl)...)
+	es, diags := d.exprSource(a.Expr, `"otherwise"`)
+	if diags.HasErrors() {
+		return diags
 	}
-	return pl, diags
+	o, err := rules.CompileOutcome(es.text)
+	if err != nil {
+		diags = append(diags, es.compileDiag("Invalid otherwise", err))
+	} else {
+		o.SetLocator(es.locator())
+	}
+	pl.Rules.Otherwise = o
+	pl.CanRetry = pl.CanRetry || mayRetry(es.text)
+	if bare, _ := retryNames(es.text); bare {
+		pl.bareRetries = append(pl.bareRetries, a.Expr.Range())
+	}
+	return diags
 }
 
 // decodeRules decodes the rule blocks of a pipeline, in order.
