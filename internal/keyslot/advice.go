@@ -59,3 +59,16 @@ func SuggestPair(main, dep, mainAttr, depAttr string, written bool) string {
 	}
 	return fmt.Sprintf("Give the %s a hash tag: %s = %q, and the default %s becomes %q.", mainAttr, mainAttr, newMain, depAttr, newDep)
 }
+
+// DelayQueueDetail explains why a durable_zset delay queue must share the slot of the key its
+// copies move to (one script moves them), and suggests keys that would. kind names that key
+// ("stream", "list") and keyAttr its attribute; written says delay_key was set, not defaulted.
+func DelayQueueDetail(redisBlock, kind, keyAttr, key, delayKey string, written bool) string {
+	which := "its default delay_key"
+	if written {
+		which = "delay_key"
+	}
+	return fmt.Sprintf("The redis block %q is a Redis Cluster, and a durable_zset delay queue must be in the slot of its %s (one script moves copies between them), but %s %q is in slot %d and %s %q in slot %d. %s",
+		redisBlock, kind, keyAttr, key, Of(key), which, delayKey, Of(delayKey),
+		SuggestPair(key, delayKey, keyAttr, "delay_key", written))
+}

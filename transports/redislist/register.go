@@ -174,16 +174,11 @@ func (c *Config) checkDelaySlot(redisBlock string) hcl.Diagnostics {
 	if c.DelayedRetry != DelayDurableZSet || dk == "" || keyslot.Of(key) == keyslot.Of(dk) {
 		return nil
 	}
-	detail := fmt.Sprintf("The redis block %q is a Redis Cluster, and a durable_zset delay queue must be in the slot of its list (one script moves copies between them), but key %q is in slot %d and ",
-		redisBlock, key, keyslot.Of(key))
 	subject := c.keyRange
 	if c.delayKeyRange != nil {
 		subject = *c.delayKeyRange
-		detail += fmt.Sprintf("delay_key %q in slot %d.", dk, keyslot.Of(dk))
-	} else {
-		detail += fmt.Sprintf("its default delay_key %q in slot %d.", dk, keyslot.Of(dk))
 	}
-	detail += " " + keyslot.SuggestPair(key, dk, "key", "delay_key", c.delayKeyRange != nil)
+	detail := keyslot.DelayQueueDetail(redisBlock, "list", "key", key, dk, c.delayKeyRange != nil)
 	return hcl.Diagnostics{slotDiag(subject, detail)}
 }
 

@@ -168,16 +168,11 @@ func (c *Config) CheckCluster(redisBlock string) hcl.Diagnostics {
 	if keyslot.Of(stream) == keyslot.Of(dk) {
 		return nil
 	}
-	detail := fmt.Sprintf("The redis block %q is a Redis Cluster, and a durable_zset delay queue must be in the slot of its stream (one script moves copies between them), but stream %q is in slot %d and ",
-		redisBlock, stream, keyslot.Of(stream))
 	subject := c.streamRange
 	if c.delayKeyRange != nil {
 		subject = *c.delayKeyRange
-		detail += fmt.Sprintf("delay_key %q in slot %d.", dk, keyslot.Of(dk))
-	} else {
-		detail += fmt.Sprintf("its default delay_key %q in slot %d.", dk, keyslot.Of(dk))
 	}
-	detail += " " + keyslot.SuggestPair(stream, dk, "stream", "delay_key", c.delayKeyRange != nil)
+	detail := keyslot.DelayQueueDetail(redisBlock, "stream", "stream", stream, dk, c.delayKeyRange != nil)
 	return hcl.Diagnostics{{
 		Severity: hcl.DiagError,
 		Summary:  "Keys in different cluster slots",
