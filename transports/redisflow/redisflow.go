@@ -202,27 +202,7 @@ func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 	lease := ms(r.Lease)
 	r.ReleaseFaults, r.RenewFaults, r.AdmitFaults = r.ReleaseFaults[:0], r.RenewFaults[:0], r.AdmitFaults[:0]
 	p := s.c.Pipeline()
-	type sent struct {
-		index        int
-		command, key string
-		cmd          redis.Cmder
-	}
-	var releases []sent
-	for i, x := range r.Releases {
-		if x.Conc != "" {
-			releases = append(releases, sent{i, "zrem", s.prefix + x.Conc, p.ZRem(ctx, s.prefix+x.Conc, x.Token)})
-		}
-		switch {
-		case x.Dedupe == "":
-		case x.Window > 0:
-			// Written whoever holds the claim by now: the message succeeded, so any copy is a
-			// duplicate.
-			releases = append(releases, sent{i, "set", s.prefix + x.Dedupe, p.Set(ctx, s.prefix+x.Dedupe, "done", x.Window)})
-		default:
-			releases = append(releases, sent{i, "evalsha", s.prefix + x.Dedupe,
-				dropClaimScript.EvalSha(ctx, p, []string{s.prefix + x.Dedupe}, x.Token)})
-		}
-	}
+	releases := s.queueReleases(ctx, p, r.Releases)
 	renews := make([]*redis.Cmd, len(r.Renews))
 	for i, x := range r.Renews {
 		renews[i] = renewScript.EvalSha(ctx, p, s.leaseKeys(x.Conc, x.Dedupe), x.Token, renewWhich(x), lease)
@@ -298,6 +278,41 @@ func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 			r.Lost = append(r.Lost, i)
 		}
 	}
+	s.claimVerdicts(r, claims, verdict)
+	r.Verdicts = flowVerdicts(r.Verdicts[:0], len(r.Admits), verdict)
+	return nil
+}
+
+// sentCmd is one queued release command, kept to name it in a fault.
+type sentCmd struct {
+	index        int
+	command, key string
+	cmd          redis.Cmder
+}
+
+// queueReleases queues each release's commands on p: the concurrency slot and the dedupe key.
+func (s *Store) queueReleases(ctx context.Context, p redis.Pipeliner, xs []engine.FlowRelease) []sentCmd {
+	var releases []sentCmd
+	for i, x := range xs {
+		if x.Conc != "" {
+			releases = append(releases, sentCmd{i, "zrem", s.prefix + x.Conc, p.ZRem(ctx, s.prefix+x.Conc, x.Token)})
+		}
+		switch {
+		case x.Dedupe == "":
+		case x.Window > 0:
+			// Written whoever holds the claim by now: the message succeeded, so any copy is a
+			// duplicate.
+			releases = append(releases, sentCmd{i, "set", s.prefix + x.Dedupe, p.Set(ctx, s.prefix+x.Dedupe, "done", x.Window)})
+		default:
+			releases = append(releases, sentCmd{i, "evalsha", s.prefix + x.Dedupe,
+				dropClaimScript.EvalSha(ctx, p, []string{s.prefix + x.Dedupe}, x.Token)})
+		}
+	}
+	return releases
+}
+
+// claimVerdicts reads what each dedupe-only SET NX GET claim found into verdict.
+func (s *Store) claimVerdicts(r *engine.FlowRound, claims []*redis.StatusCmd, verdict []int64) {
 	for i, c := range claims {
 		if c == nil || c.Err() != nil && !errors.Is(c.Err(), redis.Nil) {
 			continue
@@ -318,22 +333,26 @@ func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 			verdict[i] = 0 // another delivery runs it; poll
 		}
 	}
-	r.Verdicts = r.Verdicts[:0]
-	for i := range r.Admits {
+}
+
+// flowVerdicts turns the script's and the claims' numbers into the engine's verdicts; an
+// admission past the round's limit waits.
+func flowVerdicts(out []engine.FlowVerdict, admits int, verdict []int64) []engine.FlowVerdict {
+	for i := range admits {
 		v := int64(0)
-		if i < n {
+		if i < len(verdict) {
 			v = verdict[i]
 		}
 		switch {
 		case v == -1:
-			r.Verdicts = append(r.Verdicts, engine.FlowVerdict{Kind: engine.FlowAdmitted})
+			out = append(out, engine.FlowVerdict{Kind: engine.FlowAdmitted})
 		case v == -2:
-			r.Verdicts = append(r.Verdicts, engine.FlowVerdict{Kind: engine.FlowDuplicate})
+			out = append(out, engine.FlowVerdict{Kind: engine.FlowDuplicate})
 		default:
-			r.Verdicts = append(r.Verdicts, engine.FlowVerdict{Kind: engine.FlowWait, RetryIn: time.Duration(v) * time.Millisecond})
+			out = append(out, engine.FlowVerdict{Kind: engine.FlowWait, RetryIn: time.Duration(v) * time.Millisecond})
 		}
 	}
-	return nil
+	return out
 }
 
 // admit queues one admitScript call on p deciding the admissions of which, in order.
