@@ -36,31 +36,11 @@ type runFlags struct {
 }
 
 func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
-	fs := newFlagSet("run", stdio)
-	var f runFlags
-	fs.Var(&f.pipelines, "pipeline", "run only this pipeline (repeatable; default all)")
-	fs.StringVar(&f.logFormat, "log-format", "", "json or console (default json when stderr is not a terminal)")
-	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&f.httpAddr, "http-addr", "", "serve the status page, /metrics, /healthz and /readyz on HOST:PORT")
-	fs.StringVar(&f.consumer, "consumer", "", "consumer name for every source (overrides the files)")
-	fs.DurationVar(&f.progress, "progress-interval", 30*time.Second, "log a progress line per busy pipeline this often (0: never)")
-	fs.StringVar(&f.token, "admin-token", "", "enable redrive and purge on the status page for requests carrying this token (default $FLOWRUN_ADMIN_TOKEN)")
-	paths, err := parseArgs(fs, args)
+	f, paths, err := parseRunFlags(args, stdio)
 	if err != nil {
 		return flagExit(err)
 	}
-	if f.token == "" {
-		// read here, not as the flag's default, so that no help text can show it
-		f.token = os.Getenv("FLOWRUN_ADMIN_TOKEN")
-	}
-	format := resolveLogFormat(stdio.Err, f.logFormat)
-	var bar *progressBar
-	logOut := stdio.Err
-	if wantBar(format, stdio.Err) {
-		bar = &progressBar{out: stdio.Err}
-		logOut = bar // log lines go above the bar
-	}
-	logger, err := newLogger(logOut, format, f.logLevel)
+	bar, logger, err := runLogger(f, stdio)
 	if err != nil {
 		fmt.Fprintf(stdio.Err, "flowrun run: %v\n", err)
 		return ExitConfig
@@ -87,20 +67,12 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	w := newWiring(cfg, stdio, logger)
 	defer w.close()
 	metrics := newMetrics()
-	if tel, err := startTelemetry(ctx, cfg, logger); err != nil {
+	flush, err := wireTelemetry(ctx, cfg, w, metrics, logger)
+	if err != nil {
 		fmt.Fprintf(stdio.Err, "flowrun run: %v\n", err)
 		return ExitConfig
-	} else if tel != nil {
-		w.tel = tel
-		metrics.traces(tel)
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), telemetryFlush)
-			defer cancel()
-			if err := tel.Shutdown(sctx); err != nil {
-				logger.Warn().Err(err).Msg("trace export at exit")
-			}
-		}()
 	}
+	defer flush()
 	pipelines, err := w.pipelines(ctx, selected)
 	if err != nil {
 		logger.Error().Err(err).Msg("cannot start")
@@ -159,6 +131,59 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	}
 	logger.Info().Msg("flowrun stopped")
 	return ExitOK
+}
+
+// parseRunFlags reads run's flags and the configuration paths after them.
+func parseRunFlags(args []string, stdio Stdio) (runFlags, []string, error) {
+	fs := newFlagSet("run", stdio)
+	var f runFlags
+	fs.Var(&f.pipelines, "pipeline", "run only this pipeline (repeatable; default all)")
+	fs.StringVar(&f.logFormat, "log-format", "", "json or console (default json when stderr is not a terminal)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.httpAddr, "http-addr", "", "serve the status page, /metrics, /healthz and /readyz on HOST:PORT")
+	fs.StringVar(&f.consumer, "consumer", "", "consumer name for every source (overrides the files)")
+	fs.DurationVar(&f.progress, "progress-interval", 30*time.Second, "log a progress line per busy pipeline this often (0: never)")
+	fs.StringVar(&f.token, "admin-token", "", "enable redrive and purge on the status page for requests carrying this token (default $FLOWRUN_ADMIN_TOKEN)")
+	paths, err := parseArgs(fs, args)
+	if err != nil {
+		return f, nil, err
+	}
+	if f.token == "" {
+		// read here, not as the flag's default, so that no help text can show it
+		f.token = os.Getenv("FLOWRUN_ADMIN_TOKEN")
+	}
+	return f, paths, nil
+}
+
+// runLogger builds run's logger, and the progress bar when stderr shows one (nil otherwise).
+func runLogger(f runFlags, stdio Stdio) (*progressBar, zerolog.Logger, error) {
+	format := resolveLogFormat(stdio.Err, f.logFormat)
+	var bar *progressBar
+	logOut := stdio.Err
+	if wantBar(format, stdio.Err) {
+		bar = &progressBar{out: stdio.Err}
+		logOut = bar // log lines go above the bar
+	}
+	logger, err := newLogger(logOut, format, f.logLevel)
+	return bar, logger, err
+}
+
+// wireTelemetry starts trace export when the configuration asks for it; the returned flush,
+// deferred by the caller, sends what is left at exit.
+func wireTelemetry(ctx context.Context, cfg *config.Config, w *wiring, metrics *promMetrics, logger zerolog.Logger) (func(), error) {
+	tel, err := startTelemetry(ctx, cfg, logger)
+	if err != nil || tel == nil {
+		return func() {}, err
+	}
+	w.tel = tel
+	metrics.traces(tel)
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), telemetryFlush)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			logger.Warn().Err(err).Msg("trace export at exit")
+		}
+	}, nil
 }
 
 // selectPipelines applies --pipeline and checks what only a run can check: that at most one
