@@ -37,6 +37,34 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 			Done: settledFlag, Write: s.writeCopy}.Settle(ctx, batch)
 	}
 	var se engine.SettleError
+	toks := s.checkSettlements(batch, &se)
+
+	// Dead letters on another slot cannot share the script: write them first.
+	s.writeStrayCopies(ctx, batch, toks, &se)
+
+	pipe := s.client.Pipeline()
+	p := s.planSettle(ctx, pipe, batch, toks)
+	if len(p.rems) == 0 && len(p.copies) == 0 {
+		return se.Err()
+	}
+	var script *redis.Cmd
+	if len(p.copies) > 0 {
+		script = settleScript.EvalSha(ctx, pipe, p.keys, p.args...)
+	}
+	err := redisconn.ExecPipe(ctx, pipe)
+	if script != nil && redisconn.IsNoScript(script.Err()) {
+		script = settleScript.Eval(ctx, s.client, p.keys, p.args...) // Redis restarted: load it again
+	}
+	s.ackResults(toks, p.rems, err, &se)
+	if script != nil {
+		s.copyResults(batch, toks, p.copies, script, err, &se)
+	}
+	return se.Err()
+}
+
+// checkSettlements returns each settlement's token, or nil with its fault added to se when the
+// settlement is refused (no token, an unsupported action, a copy missing).
+func (s *Source) checkSettlements(batch []engine.Settlement, se *engine.SettleError) []*token {
 	toks := make([]*token, len(batch))
 	for i, st := range batch {
 		t, err := tokenOf(st.Delivery)
@@ -56,22 +84,30 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 		}
 		toks[i] = t
 	}
+	return toks
+}
 
-	// Dead letters on another slot cannot share the script: write them first.
-	s.writeStrayCopies(ctx, batch, toks, &se)
+// remCmd is an acknowledgement's LREM, queued on the settle pipeline.
+type remCmd struct {
+	i   int
+	cmd *redis.IntCmd
+}
 
-	type rem struct {
-		i   int
-		cmd *redis.IntCmd
-	}
-	var (
-		pipe   = s.client.Pipeline()
-		rems   []rem
-		copies []int // batch indexes written by the script
-		keys   = []string{s.opts.Processing}
-		keyIdx = map[string]int{s.opts.Processing: 1}
-		args   []any
-	)
+// settlePlan is what one Settle sends: LREMs on their own, and the settle script's keys and
+// arguments for the copies.
+type settlePlan struct {
+	rems   []remCmd
+	copies []int // batch indexes written by the script
+	keys   []string
+	args   []any
+}
+
+// planSettle queues the acknowledgements' LREMs on pipe and lays out the copies for the settle
+// script: KEYS = the processing list, then each distinct destination; ARGV per copy = element,
+// destination's KEYS index, value, due ms ("" for an LPUSH).
+func (s *Source) planSettle(ctx context.Context, pipe redis.Pipeliner, batch []engine.Settlement, toks []*token) settlePlan {
+	p := settlePlan{keys: []string{s.opts.Processing}}
+	keyIdx := map[string]int{s.opts.Processing: 1}
 	for i, st := range batch {
 		t := toks[i]
 		if t == nil || t.done {
@@ -79,48 +115,45 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 		}
 		key := s.copyKey(st)
 		if st.Action == engine.ActAck || (st.Action == engine.ActDeadLetter && t.copied) {
-			rems = append(rems, rem{i, pipe.LRem(ctx, s.opts.Processing, -1, t.elem)})
+			p.rems = append(p.rems, remCmd{i, pipe.LRem(ctx, s.opts.Processing, -1, t.elem)})
 			continue
 		}
 		k, ok := keyIdx[key]
 		if !ok {
-			keys = append(keys, key)
-			k = len(keys)
+			p.keys = append(p.keys, key)
+			k = len(p.keys)
 			keyIdx[key] = k
 		}
 		if st.Action == engine.ActDelay {
 			if t.member == "" { // kept, so that a resend writes the same member
 				t.member = encodeDelayed(st.Copy)
 			}
-			args = append(args, t.elem, k, t.member, strconv.FormatInt(st.Due.UnixMilli(), 10))
+			p.args = append(p.args, t.elem, k, t.member, strconv.FormatInt(st.Due.UnixMilli(), 10))
 		} else {
-			args = append(args, t.elem, k, codec.EncodeEnvelope(st.Copy), "")
+			p.args = append(p.args, t.elem, k, codec.EncodeEnvelope(st.Copy), "")
 		}
-		copies = append(copies, i)
+		p.copies = append(p.copies, i)
 	}
-	if len(rems) == 0 && len(copies) == 0 {
-		return se.Err()
-	}
-	var script *redis.Cmd
-	if len(copies) > 0 {
-		script = settleScript.EvalSha(ctx, pipe, keys, args...)
-	}
-	err := redisconn.ExecPipe(ctx, pipe)
-	if script != nil && redisconn.IsNoScript(script.Err()) {
-		script = settleScript.Eval(ctx, s.client, keys, args...) // Redis restarted: load it again
-	}
+	return p
+}
+
+// ackResults marks each acknowledgement whose LREM went through settled, and adds a fault for
+// each that did not.
+func (s *Source) ackResults(toks []*token, rems []remCmd, pipeErr error, se *engine.SettleError) {
 	for _, r := range rems {
-		if cerr := redisconn.FirstErr(r.cmd.Err(), err); cerr != nil {
+		if cerr := redisconn.FirstErr(r.cmd.Err(), pipeErr); cerr != nil {
 			se.Add(redisconn.Fault(r.i, "lrem", s.opts.Processing, cerr, s.secrets...))
 			continue
 		}
 		s.settled(toks[r.i])
 	}
-	if script == nil {
-		return se.Err()
-	}
+}
+
+// copyResults reads the settle script's reply: per copy "ok", "settled" (an earlier call did it)
+// or "COMMAND\tERROR" for the command that failed.
+func (s *Source) copyResults(batch []engine.Settlement, toks []*token, copies []int, script *redis.Cmd, pipeErr error, se *engine.SettleError) {
 	res, serr := script.Slice()
-	if serr = redisconn.FirstErr(serr, err); serr == nil && len(res) != len(copies) {
+	if serr = redisconn.FirstErr(serr, pipeErr); serr == nil && len(res) != len(copies) {
 		serr = fmt.Errorf("settle script: %d results for %d copies", len(res), len(copies))
 	}
 	for j, i := range copies {
@@ -150,7 +183,6 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 		}
 		se.Add(redisconn.Fault(i, cmd, key, redisconn.ServerError(msg), s.secrets...))
 	}
-	return se.Err()
 }
 
 func (s *Source) settled(t *token) {
