@@ -11,10 +11,10 @@ import (
 	"github.com/flowrun/flowrun/transports"
 )
 
-// Defaults (SPEC §2, §5).
+// Defaults (SPEC §2, §5): the engine's, which the pipeline block's schema declares.
 const (
-	DefaultShutdownTimeout = 30 * time.Second
-	DefaultMaxHeld         = 10000 // runtime delayed copies held at once (SPEC §5)
+	DefaultShutdownTimeout = engine.DefaultShutdownTimeout
+	DefaultMaxHeld         = engine.DefaultMaxHeld // runtime delayed copies held at once (SPEC §5)
 )
 
 // Options tune a load.

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"runtime"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
@@ -21,9 +20,9 @@ var pipelineBody = &schema.Body{
 		{Name: "concurrency", Type: "number", Default: "the number of CPUs", Doc: "Handlers running at once. Reads never run more than one `batch` ahead of free handler slots."},
 		{Name: "max_attempts", Type: "number", Default: "no cap", Doc: "The cap on attempts: a delivery already past it goes straight to the dead letter without running the handler, and a retry asked on the last attempt goes to the dead letter instead. Without `dead_letter` such a delivery is acknowledged and logged as rejected."},
 		{Name: "dead_letter", Type: "string", Default: "none", Doc: "The key that receives messages that failed for good, a key of the source's own kind (a stream for stream and pubsub sources, a list for lists, records with this key for files and pipes), with the dead-letter headers. It must not be the key the source reads."},
-		{Name: "shutdown_timeout", Type: "duration", Default: schema.Value(DefaultShutdownTimeout), Doc: "On a stop, how long in-flight handlers may run before their context is cancelled; also how long the end of a file replay or pipe waits for held copies to come due."},
+		{Name: "shutdown_timeout", Type: "duration", Default: schema.Value(engine.DefaultShutdownTimeout), Doc: "On a stop, how long in-flight handlers may run before their context is cancelled; also how long the end of a file replay or pipe waits for held copies to come due."},
 		{Name: "otherwise", Type: "expression", Default: "`\"ack\"`", Doc: "The outcome when no rule's `when` holds, an outcome expression (`\"drop\"`, `\"retry_after('1m')\"`). Rules only."},
-		{Name: "max_held", Type: "number", Default: schema.Value(DefaultMaxHeld), Doc: "The most runtime-delayed copies held in the process at once; at the bound reading pauses until copies come due."},
+		{Name: "max_held", Type: "number", Default: schema.Value(engine.DefaultMaxHeld), Doc: "The most runtime-delayed copies held in the process at once; at the bound reading pauses until copies come due."},
 	},
 	Blocks: []schema.Block{
 		{Type: "source", Labels: []string{"kind"}, Occurs: "one", Ref: "sources",
@@ -73,9 +72,9 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 	pl := &Pipeline{
 		Name:            block.Labels[0],
 		File:            d.filename,
-		Concurrency:     runtime.NumCPU(),
-		ShutdownTimeout: DefaultShutdownTimeout,
-		MaxHeld:         DefaultMaxHeld,
+		Concurrency:     engine.DefaultConcurrency(),
+		ShutdownTimeout: engine.DefaultShutdownTimeout,
+		MaxHeld:         engine.DefaultMaxHeld,
 		DeclRange:       block.DefRange,
 	}
 	content, diags := block.Body.Content(d.schemas.pipeline)

@@ -2,10 +2,6 @@ package engine
 
 import "sync"
 
-// DefaultMaxHeld bounds the runtime delayed copies held at once when a pipeline sets no
-// max_held (SPEC §5).
-const DefaultMaxHeld = 10000
-
 // holdGate counts runtime delayed copies from the moment a worker decides one until it is
 // written (or given up), and makes workers wait before taking another delivery while the count
 // is at max_held. Since a source hands out a delivery only when a worker takes one, reading

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -85,9 +84,6 @@ type sinkEntry struct {
 	sink Sink
 }
 
-// DefaultShutdownTimeout is the grace for in-flight work when a pipeline does not set one.
-const DefaultShutdownTimeout = 30 * time.Second
-
 // New prepares an engine; nothing runs before Run.
 func New(opts Options, pipelines ...*Pipeline) *Engine {
 	if opts.Metrics == nil {
@@ -104,7 +100,7 @@ func New(opts Options, pipelines ...*Pipeline) *Engine {
 
 func withDefaults(p *Pipeline) {
 	if p.Concurrency <= 0 {
-		p.Concurrency = runtime.NumCPU()
+		p.Concurrency = DefaultConcurrency()
 	}
 	if p.ShutdownTimeout <= 0 {
 		p.ShutdownTimeout = DefaultShutdownTimeout
