@@ -3,6 +3,7 @@ package transporttest
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -51,6 +52,43 @@ func (r *Redis) NewClient(t testing.TB) *redis.Client {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// ReadPath is how a Redis stream source reads its entries. The source reads on its connection's
+// bare socket (its own RESP reader) where go-redis can tell that socket closed before reusing it
+// (a plain TCP or unix connection: one with a syscall.Conn), and through go-redis everywhere
+// else (TLS, a Cluster). Both paths must pass the same suite.
+type ReadPath string
+
+const (
+	// ReadBare: a plain connection, read bare once go-redis has set it up.
+	ReadBare ReadPath = "bare"
+	// ReadGoRedis: a connection that, like a TLS one, has no syscall.Conn, so go-redis reads.
+	ReadGoRedis ReadPath = "go-redis"
+)
+
+// ReadPaths are the read paths a stream source's conformance runs over.
+var ReadPaths = []ReadPath{ReadBare, ReadGoRedis}
+
+// NewClientFor is NewClient for a source that reads over path p.
+func (r *Redis) NewClientFor(t testing.TB, p ReadPath) *redis.Client {
+	if p != ReadGoRedis {
+		return r.NewClient(t)
+	}
+	var d net.Dialer
+	c := redis.NewClient(&redis.Options{Addr: r.addr, Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return opaqueConn{nc}, nil
+	}})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// opaqueConn hides its connection's file descriptor (the net.Conn methods are all it has), as a
+// *tls.Conn does.
+type opaqueConn struct{ net.Conn }
 
 // Watch subscribes to channels, so that Read can tell what is published to them from now on.
 func (r *Redis) Watch(t testing.TB, channels ...string) {
