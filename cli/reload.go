@@ -59,8 +59,55 @@ func (r *reloader) loop(ctx context.Context, hup <-chan os.Signal) {
 	}
 }
 
+// reload loads the files again and, when they are good, applies the difference to the engine.
 func (r *reloader) reload(ctx context.Context) {
 	r.log.Info().Msg("reloading the configuration (SIGHUP)")
+	cfg, next, ok := r.load()
+	if !ok {
+		return
+	}
+	if old := r.w.config().Telemetry; !sameTelemetry(old, cfg.Telemetry) {
+		r.log.Warn().Msg("the telemetry block changed: it applies at the next start of flowrun, not on a reload")
+	}
+	pl := r.plan(next)
+
+	// Stop the removed and changed pipelines, all at once. A changed pipeline starts again once
+	// its old run has drained (the two must not overlap: the same consumer, the same standard
+	// input; its held copies are written first), and once every old user of a redis block it
+	// needs anew has stopped and that block's old client is closed. New pipelines that need
+	// nothing of that start at once.
+	stopped := r.stopAll(append(append([]string(nil), pl.removed...), pl.changed...))
+	dropped := r.dropClients(cfg, pl.running, pl.old, stopped)
+	failed := r.startAll(ctx, pl.start, stopped, dropped)
+	for _, ch := range stopped {
+		<-ch
+	}
+	for _, ch := range dropped {
+		<-ch
+	}
+	running := pl.running
+	for _, name := range failed {
+		running = without(running, name) // tried again as new by the next reload
+	}
+	r.mu.Lock()
+	r.selected = running
+	r.mu.Unlock()
+	for _, name := range pl.removed {
+		r.metrics.forget(name)
+	}
+
+	ev := r.log.Info()
+	if len(failed) > 0 {
+		sort.Strings(failed)
+		ev = r.log.Error().Strs("failed", failed)
+	}
+	ev.Strs("added", nonNil(pl.added)).Strs("changed", nonNil(pl.changed)).Strs("removed", nonNil(pl.removed)).
+		Strs("kept", nonNil(pl.kept)).Msg("reloaded")
+}
+
+// load loads and validates the files and selects the --pipeline ones; on an error it logs the
+// diagnostics and reports false, so the running pipelines stay as they are.
+func (r *reloader) load() (*config.Config, []*config.Pipeline, bool) {
 	cfg, diags := config.Load(r.paths, r.opts)
 	if !diags.HasErrors() {
 		var ds hcl.Diagnostics
@@ -70,59 +117,65 @@ func (r *reloader) reload(ctx context.Context) {
 	logDiagnostics(r.log, diags)
 	if diags.HasErrors() {
 		r.log.Error().Int("errors", countErrors(diags)).Msg("reload failed; running pipelines untouched")
-		return
+		return nil, nil, false
 	}
 	next, _ := selectPipelines(cfg, r.names)
-	if old := r.w.config().Telemetry; !sameTelemetry(old, cfg.Telemetry) {
-		r.log.Warn().Msg("the telemetry block changed: it applies at the next start of flowrun, not on a reload")
-	}
+	return cfg, next, true
+}
 
-	old := map[string]*config.Pipeline{}
+// reloadPlan is what a reload does with each pipeline, by name.
+type reloadPlan struct {
+	old                           map[string]*config.Pipeline // the last load's, by name
+	added, changed, kept, removed []string
+	start                         []*config.Pipeline // the added and changed, to start
+	running                       []*config.Pipeline // what runs after the reload, its config
+}
+
+// plan compares the pipelines to run with those of the last load by their fingerprints.
+func (r *reloader) plan(next []*config.Pipeline) reloadPlan {
+	pl := reloadPlan{old: map[string]*config.Pipeline{}, running: make([]*config.Pipeline, 0, len(next))}
 	for _, p := range r.current() {
-		old[p.Name] = p
+		pl.old[p.Name] = p
 	}
-	var added, changed, kept, removed []string
-	var start []*config.Pipeline
 	seen := map[string]bool{}
-	running := make([]*config.Pipeline, 0, len(next)) // what runs after the reload, its config
 	for _, p := range next {
 		seen[p.Name] = true
-		switch o := old[p.Name]; {
+		switch o := pl.old[p.Name]; {
 		case o == nil && readsStdin(p) && r.stdinRead:
 			r.log.Error().Str(engine.FieldPipeline, p.Name).Msg("cannot start pipeline: standard input was read by another pipeline already")
 			continue // not running: tried again by the next reload
 		case o == nil:
-			added = append(added, p.Name)
-			start = append(start, p)
-			running = append(running, p)
+			pl.added = append(pl.added, p.Name)
+			pl.start = append(pl.start, p)
+			pl.running = append(pl.running, p)
 		case o.Fingerprint() != p.Fingerprint() && (readsStdin(o) || readsStdin(p)):
 			// Its reader has read ahead of what it handed over: a new run would lose those
 			// lines. It runs on as it was.
 			r.log.Warn().Str(engine.FieldPipeline, p.Name).Msg("pipeline reads standard input and is not restarted by a reload: its change applies at the next start of flowrun")
-			kept = append(kept, p.Name)
-			running = append(running, o)
+			pl.kept = append(pl.kept, p.Name)
+			pl.running = append(pl.running, o)
 		case o.Fingerprint() != p.Fingerprint():
-			changed = append(changed, p.Name)
-			start = append(start, p)
-			running = append(running, p)
+			pl.changed = append(pl.changed, p.Name)
+			pl.start = append(pl.start, p)
+			pl.running = append(pl.running, p)
 		default:
-			kept = append(kept, p.Name)
-			running = append(running, p)
+			pl.kept = append(pl.kept, p.Name)
+			pl.running = append(pl.running, p)
 		}
 	}
 	for _, p := range r.current() {
 		if !seen[p.Name] {
-			removed = append(removed, p.Name)
+			pl.removed = append(pl.removed, p.Name)
 		}
 	}
+	return pl
+}
 
-	// Stop the removed and changed pipelines, all at once. A changed pipeline starts again once
-	// its old run has drained (the two must not overlap: the same consumer, the same standard
-	// input; its held copies are written first), and once every old user of a redis block it
-	// needs anew has stopped and that block's old client is closed. New pipelines that need
-	// nothing of that start at once.
+// stopAll stops the named pipelines at once, each in its own goroutine; a pipeline's channel
+// closes once it has drained and its wiring is released.
+func (r *reloader) stopAll(names []string) map[string]chan struct{} {
 	stopped := map[string]chan struct{}{}
-	for _, name := range append(append([]string(nil), removed...), changed...) {
+	for _, name := range names {
 		done := make(chan struct{})
 		stopped[name] = done
 		go func() {
@@ -133,8 +186,13 @@ func (r *reloader) reload(ctx context.Context) {
 			r.w.release(name)
 		}()
 	}
-	// Each redis block whose client goes (changed, removed, or used by no pipeline now) is closed
-	// once its old users have stopped; its cached sinks go with it.
+	return stopped
+}
+
+// dropClients closes each redis block whose client goes (changed, removed, or used by no
+// pipeline now) once its old users have stopped; its cached sinks go with it. A block's channel
+// closes once its client is closed.
+func (r *reloader) dropClients(cfg *config.Config, running []*config.Pipeline, old map[string]*config.Pipeline, stopped map[string]chan struct{}) map[string]chan struct{} {
 	dropped := map[string]chan struct{}{}
 	for _, b := range r.w.reconfigure(cfg, running) {
 		done := make(chan struct{})
@@ -155,7 +213,12 @@ func (r *reloader) reload(ctx context.Context) {
 			r.log.Info().Str("redis", b).Msg("closed the client of a redis block changed or no longer used")
 		}()
 	}
+	return dropped
+}
 
+// startAll starts the pipelines at once, each after its old run has stopped and the old clients
+// of its redis blocks are closed, and returns the names of those that failed to start.
+func (r *reloader) startAll(ctx context.Context, start []*config.Pipeline, stopped, dropped map[string]chan struct{}) []string {
 	var (
 		mu     sync.Mutex
 		failed []string
@@ -189,29 +252,7 @@ func (r *reloader) reload(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
-	for _, ch := range stopped {
-		<-ch
-	}
-	for _, ch := range dropped {
-		<-ch
-	}
-	for _, name := range failed {
-		running = without(running, name) // tried again as new by the next reload
-	}
-	r.mu.Lock()
-	r.selected = running
-	r.mu.Unlock()
-	for _, name := range removed {
-		r.metrics.forget(name)
-	}
-
-	ev := r.log.Info()
-	if len(failed) > 0 {
-		sort.Strings(failed)
-		ev = r.log.Error().Strs("failed", failed)
-	}
-	ev.Strs("added", nonNil(added)).Strs("changed", nonNil(changed)).Strs("removed", nonNil(removed)).
-		Strs("kept", nonNil(kept)).Msg("reloaded")
+	return failed
 }
 
 // sameTelemetry compares two telemetry blocks by what they set.
