@@ -44,65 +44,115 @@ const dlqUsage = `usage: flowrun dlq list|redrive|purge PIPELINE [--limit N] [--
 // cmdDLQ is `flowrun dlq list|redrive|purge PIPELINE [--limit N] [--where EXPR] [PATH...]`
 // (SPEC §1).
 func cmdDLQ(ctx context.Context, args []string, stdio Stdio) int {
+	a, code := parseDLQArgs(args, stdio)
+	if a == nil {
+		return code
+	}
+	cfg, p, store, code := dlqPipeline(a, stdio)
+	if p == nil {
+		return code
+	}
+	conns := newAdminConns(cfg)
+	defer conns.close()
+	if p.Source.IsRedis() {
+		if _, err := conns.get(ctx, p.Source.Redis); err != nil {
+			fmt.Fprintf(stdio.Err, "flowrun dlq %s: %v\n", a.sub, err)
+			return ExitRuntime
+		}
+	}
+	env := conns.env(ctx, p.Source.Redis)
+	code, err := a.run(ctx, store, env, p.DeadLetter, stdio)
+	if err == nil && code != ExitOK {
+		return code
+	}
+	a.filter.warn(stdio.Err, a.sub)
+	if err != nil {
+		fmt.Fprintf(stdio.Err, "flowrun dlq %s: pipeline %q: %v\n", a.sub, a.name, conns.redact(p.Source.Redis, err))
+		return ExitRuntime
+	}
+	return ExitOK
+}
+
+// dlqArgs is a parsed `flowrun dlq` command line.
+type dlqArgs struct {
+	sub      string // list, redrive or purge
+	name     string // the pipeline
+	paths    []string
+	limit    int
+	limitSet bool
+	filter   *dlqFilter // nil without --where
+	asJSON   bool       // list --json
+	full     bool       // list --full
+	yes      bool       // purge --yes
+}
+
+// parseDLQArgs parses the command line, or says what is wrong with it and returns nil and the
+// exit code.
+func parseDLQArgs(args []string, stdio Stdio) (*dlqArgs, int) {
 	if len(args) == 0 || (args[0] != "list" && args[0] != "redrive" && args[0] != "purge") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			fmt.Fprint(stdio.Out, dlqUsage)
-			return ExitOK
+			return nil, ExitOK
 		}
 		fmt.Fprint(stdio.Err, dlqUsage)
-		return ExitConfig
+		return nil, ExitConfig
 	}
-	sub := args[0]
-	fs := newFlagSet("dlq "+sub, stdio)
-	limit := fs.Int("limit", 0, "at most N dead letters (list: default 10; redrive, purge: default all; 0: all)")
+	a := &dlqArgs{sub: args[0]}
+	fs := newFlagSet("dlq "+a.sub, stdio)
+	fs.IntVar(&a.limit, "limit", 0, "at most N dead letters (list: default 10; redrive, purge: default all; 0: all)")
 	where := fs.String("where", "", "only the dead letters for which this expr-lang expression is true")
-	var asJSON, full, yes *bool
-	switch sub {
+	switch a.sub {
 	case "list":
-		asJSON = fs.Bool("json", false, "print one JSON object per dead letter")
-		full = fs.Bool("full", false, "show whole payloads instead of cutting them")
+		fs.BoolVar(&a.asJSON, "json", false, "print one JSON object per dead letter")
+		fs.BoolVar(&a.full, "full", false, "show whole payloads instead of cutting them")
 	case "purge":
-		yes = fs.Bool("yes", false, "delete without asking")
+		fs.BoolVar(&a.yes, "yes", false, "delete without asking")
 	}
 	pos, err := positionals(fs, args[1:])
 	if err != nil {
-		return flagExit(err)
+		return nil, flagExit(err)
 	}
-	limitSet, whereSet := false, false
+	whereSet := false
 	fs.Visit(func(f *flag.Flag) {
-		limitSet = limitSet || f.Name == "limit"
+		a.limitSet = a.limitSet || f.Name == "limit"
 		whereSet = whereSet || f.Name == "where"
 	})
 	if len(pos) == 0 {
-		fmt.Fprintf(stdio.Err, "flowrun dlq %s: missing PIPELINE\n%s", sub, dlqUsage)
-		return ExitConfig
+		fmt.Fprintf(stdio.Err, "flowrun dlq %s: missing PIPELINE\n%s", a.sub, dlqUsage)
+		return nil, ExitConfig
 	}
-	if *limit < 0 {
-		fmt.Fprintf(stdio.Err, "flowrun dlq %s: --limit must be 0 or more\n", sub)
-		return ExitConfig
+	if a.limit < 0 {
+		fmt.Fprintf(stdio.Err, "flowrun dlq %s: --limit must be 0 or more\n", a.sub)
+		return nil, ExitConfig
 	}
 	// The filter is compiled before anything is loaded or connected: a typo costs nothing.
-	var filter *dlqFilter
 	if whereSet {
 		f, err := rules.CompileFilter(*where)
 		if err != nil {
-			fmt.Fprintf(stdio.Err, "flowrun dlq %s: --where:%v\n", sub, err)
-			return ExitConfig
+			fmt.Fprintf(stdio.Err, "flowrun dlq %s: --where:%v\n", a.sub, err)
+			return nil, ExitConfig
 		}
-		filter = &dlqFilter{f: f}
+		a.filter = &dlqFilter{f: f}
 	}
-	name, paths := pos[0], pos[1:]
-	if len(paths) == 0 {
-		paths = []string{"."}
+	a.name, a.paths = pos[0], pos[1:]
+	if len(a.paths) == 0 {
+		a.paths = []string{"."}
 	}
-	cfg := load(paths, config.Options{}, stdio)
+	return a, ExitOK
+}
+
+// dlqPipeline loads the files and finds the pipeline whose dead letters the command works on,
+// or says why it cannot and returns a nil pipeline and the exit code. Everything it checks
+// needs no connection.
+func dlqPipeline(a *dlqArgs, stdio Stdio) (*config.Config, *config.Pipeline, transports.DeadLetterStore, int) {
+	cfg := load(a.paths, config.Options{}, stdio)
 	if cfg == nil {
-		return ExitConfig
+		return nil, nil, nil, ExitConfig
 	}
-	p := cfg.Pipeline(name)
+	p := cfg.Pipeline(a.name)
 	if p == nil {
-		fmt.Fprintf(stdio.Err, "flowrun dlq %s: no pipeline %q in the files loaded\n", sub, name)
-		return ExitConfig
+		fmt.Fprintf(stdio.Err, "flowrun dlq %s: no pipeline %q in the files loaded\n", a.sub, a.name)
+		return nil, nil, nil, ExitConfig
 	}
 	store, ok := p.Source.Config.(transports.DeadLetterStore)
 	if !ok {
@@ -111,67 +161,53 @@ func cmdDLQ(ctx context.Context, args []string, stdio Stdio) int {
 			whose = "whose dead letters are " + l.DeadLettersAt()
 		}
 		fmt.Fprintf(stdio.Err, "flowrun dlq %s: pipeline %q has a %s source, %s; dlq supports %s sources\n",
-			sub, name, p.Source.Kind, whose, hclutil.List(dlqKinds(), "and"))
-		return ExitConfig
+			a.sub, a.name, p.Source.Kind, whose, hclutil.List(dlqKinds(), "and"))
+		return nil, nil, nil, ExitConfig
 	}
 	if p.DeadLetter == "" {
-		fmt.Fprintf(stdio.Err, "flowrun dlq %s: pipeline %q has no dead_letter\n", sub, name)
-		return ExitConfig
+		fmt.Fprintf(stdio.Err, "flowrun dlq %s: pipeline %q has no dead_letter\n", a.sub, a.name)
+		return nil, nil, nil, ExitConfig
 	}
-	if sub == "redrive" {
+	if a.sub == "redrive" {
 		if err := store.CheckRedrive(); err != nil {
-			fmt.Fprintf(stdio.Err, "flowrun dlq redrive: pipeline %q %v\n", name, err)
-			return ExitConfig
+			fmt.Fprintf(stdio.Err, "flowrun dlq redrive: pipeline %q %v\n", a.name, err)
+			return nil, nil, nil, ExitConfig
 		}
 	}
 	// Refuse before connecting: a script that forgot --yes learns it without Redis.
-	if sub == "purge" && !*yes && !isTerminal(stdio.In) {
-		fmt.Fprintf(stdio.Err, "flowrun dlq purge: standard input is not a terminal, so there is no one to ask; pass --yes to delete the dead letters of %s without asking\n", name)
-		return ExitConfig
+	if a.sub == "purge" && !a.yes && !isTerminal(stdio.In) {
+		fmt.Fprintf(stdio.Err, "flowrun dlq purge: standard input is not a terminal, so there is no one to ask; pass --yes to delete the dead letters of %s without asking\n", a.name)
+		return nil, nil, nil, ExitConfig
 	}
+	return cfg, p, store, ExitOK
+}
 
-	conns := newAdminConns(cfg)
-	defer conns.close()
-	if p.Source.IsRedis() {
-		if _, err := conns.get(ctx, p.Source.Redis); err != nil {
-			fmt.Fprintf(stdio.Err, "flowrun dlq %s: %v\n", sub, err)
-			return ExitRuntime
-		}
+// run runs the subcommand on the dead-letter key dlq; a code other than ExitOK with a nil
+// error is an answer (purge declined), not a failure.
+func (a *dlqArgs) run(ctx context.Context, store transports.DeadLetterStore, env *transports.Env, dlq string, stdio Stdio) (int, error) {
+	q := transports.DeadLetterQuery{Limit: a.limit}
+	if a.filter != nil {
+		q.Match = a.filter.match
 	}
-	env := conns.env(ctx, p.Source.Redis)
-	q := transports.DeadLetterQuery{Limit: *limit}
-	if filter != nil {
-		q.Match = filter.match
-	}
-	switch sub {
+	switch a.sub {
 	case "list":
-		if !limitSet {
+		if !a.limitSet {
 			q.Limit = defaultListLimit
 		}
-		if *asJSON {
-			err = dlqListJSON(ctx, store, env, p.DeadLetter, q, stdio.Out, stdio.Err)
-		} else {
-			width := payloadWidth
-			if *full {
-				width = 0
-			}
-			err = dlqList(ctx, store, env, p.DeadLetter, q, width, stdio.Out)
+		if a.asJSON {
+			return ExitOK, dlqListJSON(ctx, store, env, dlq, q, stdio.Out, stdio.Err)
 		}
+		width := payloadWidth
+		if a.full {
+			width = 0
+		}
+		return ExitOK, dlqList(ctx, store, env, dlq, q, width, stdio.Out)
 	case "redrive":
-		err = dlqRedrive(ctx, store, env, q, stdio.Out)
+		return ExitOK, dlqRedrive(ctx, store, env, q, stdio.Out)
 	case "purge":
-		var code int
-		code, err = dlqPurge(ctx, store, env, name, p.DeadLetter, q, !*yes, stdio)
-		if err == nil && code != ExitOK {
-			return code
-		}
+		return dlqPurge(ctx, store, env, a.name, dlq, q, !a.yes, stdio)
 	}
-	filter.warn(stdio.Err, sub)
-	if err != nil {
-		fmt.Fprintf(stdio.Err, "flowrun dlq %s: pipeline %q: %v\n", sub, name, conns.redact(p.Source.Redis, err))
-		return ExitRuntime
-	}
-	return ExitOK
+	return ExitOK, nil
 }
 
 // dlqFilter is a compiled --where. A letter on which it fails to evaluate (payload.amount on a
