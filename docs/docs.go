@@ -544,6 +544,22 @@ func (g *gen) sourcePages() {
 	}
 }
 
+// redisPipeline follows the examples of the redis page that need a pipeline to validate but
+// are about the redis block alone.
+const redisPipeline = `
+
+pipeline "jobs" {
+  source "list" {
+    key = "{jobs}"
+  }
+  rule "ok" {
+    outcome = "ack"
+  }
+}
+`
+
+// redisPage is the page of the redis block: its attributes, then one section per form of
+// deployment.
 func (g *gen) redisPage() {
 	p := g.newPage(redisPath)
 	root := config.Reference()
@@ -557,28 +573,29 @@ func (g *gen) redisPage() {
 		p.para(nb.Doc)
 		p.attrTable(nb.Body.Attrs)
 	}
-	pipeline := `
-
-pipeline "jobs" {
-  source "list" {
-    key = "{jobs}"
-  }
-  rule "ok" {
-    outcome = "ack"
-  }
+	redisStandalone(p)
+	redisTLS(p)
+	redisCluster(p)
+	redisSentinel(p)
+	redisSeveral(p)
+	p.done()
 }
-`
+
+func redisStandalone(p *page) {
 	p.s("## A standalone server\n\n")
 	p.para("`redis://HOST:PORT/DB`; the user and password may be in the URL or, better, in `username` and `password`, which override the URL's. [ACL](acl.md) lists the commands to grant an ACL user, per source kind and option.")
 	p.example("standalone", `redis "main" {
   url      = env("REDIS_URL", "redis://127.0.0.1:6379/0")
   username = "flowrun" # an ACL user
   password = env("REDIS_PASSWORD", "")
-}`+pipeline)
+}`+redisPipeline)
 	p.para("A Unix socket (no TLS):")
 	p.example("unix socket", `redis "local" {
   url = "unix:///var/run/redis/redis.sock"
-}`+pipeline)
+}`+redisPipeline)
+}
+
+func redisTLS(p *page) {
 	p.s("## TLS\n\n")
 	p.para("`rediss://` turns TLS on with the system's certificate authorities; a `tls {}` block turns it on for any form and names a private authority, a client certificate (for `tls-auth-clients yes`) or the server name to verify.")
 	p.example("tls", `redis "secure" {
@@ -589,8 +606,11 @@ pipeline "jobs" {
     key_file    = "certs/client-key.pem"
     server_name = "redis.internal"
   }
-}`+pipeline)
+}`+redisPipeline)
 	p.para("A failed handshake at start is a configuration problem: `flowrun run`, `inspect` and `dlq` exit 2 naming the redis block and what went wrong (an untrusted certificate, a name mismatch, a refused or missing client certificate), and flowrun never falls back to plaintext. A `rediss://` url or `tls {}` block pointed at a port that speaks plaintext leaves the handshake unanswered (Redis reads the TLS greeting as the start of a command); flowrun then sends a plain `PING` to the address, and when the server answers exits 2 with `redis \"NAME\": TLS handshake failed: the server did not answer the TLS handshake: is it a plaintext port?`, rather than waiting for a server that will never answer.")
+}
+
+func redisCluster(p *page) {
 	p.s("## Redis Cluster\n\n")
 	p.para("`cluster` lists seed nodes; the slot map is learned from them and refreshed on `MOVED`, `CLUSTERDOWN` and connection errors. Keys that flowrun moves between in one command or script must hash to one slot, and `flowrun validate` checks that from the files alone: a `durable_zset` stream and its `delay_key`, a reliable list's `key` and `processing`, and a `durable_zset` list's `key` and `delay_key`. Use a `{hash tag}`: Redis hashes only the text between the first `{` and the next `}`.")
 	p.example("cluster", `redis "cluster" {
@@ -613,6 +633,9 @@ pipeline "orders" {
   }
 }
 `)
+}
+
+func redisSentinel(p *page) {
 	p.s("## Sentinel\n\n")
 	p.para("flowrun asks the sentinels for the current master and follows a failover. The block's `username` and `password` are for the data nodes; the `sentinel` block's own are for the sentinels, when they require them.")
 	p.example("sentinel", `redis "ha" {
@@ -623,7 +646,10 @@ pipeline "orders" {
   }
   username = "flowrun"
   password = env("REDIS_PASSWORD", "")
-}`+pipeline)
+}`+redisPipeline)
+}
+
+func redisSeveral(p *page) {
 	p.s("## Several Redis deployments\n\n")
 	p.para("With more than one redis block, every source names one; an emit writes through its own `redis`, else its source's block.")
 	p.example("several", `redis "ingest" {
@@ -648,7 +674,6 @@ pipeline "payments" {
   }
 }
 `)
-	p.done()
 }
 
 func (g *gen) expressionsPage() {
