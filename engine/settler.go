@@ -18,8 +18,8 @@ import (
 const minSettleBatch = 512
 
 // settleBatch bounds how many settlements go to a transport in one call, and how many decisions
-// wait for the settler: a whole read. Where a settle round trip waits behind a source's long
-// reads in Redis (XCLAIM of half a batch takes a millisecond), a smaller bound made the workers
+// wait for the settler: a whole read, since a settle round trip may wait behind a source's long
+// reads in Redis (XCLAIM of half a batch takes a millisecond), and with less the workers would
 // wait for the settler, and the reads for the workers.
 func settleBatch(batch int) int { return max(minSettleBatch, batch) }
 
