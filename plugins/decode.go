@@ -8,6 +8,8 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
+
+	"github.com/flowrun/flowrun/internal/hclutil"
 )
 
 // The config decoder: gohcl's struct tags and semantics (`hcl:"name"`, `hcl:"name,optional"`,
@@ -171,33 +173,17 @@ func decodeAttr(a *hcl.Attribute, ctx *hcl.EvalContext, fv reflect.Value) hcl.Di
 type valueProblem struct{}
 
 // decodeDuration evaluates a as a string (gohcl's diagnostics for anything else) and parses it
-// as a Go duration that must not be negative, pointing at the value when it is not one.
+// with hclutil's duration parser as a duration that must not be negative.
 func decodeDuration(a *hcl.Attribute, ctx *hcl.EvalContext) (time.Duration, hcl.Diagnostics) {
 	var s string
 	if diags := gohcl.DecodeExpression(a.Expr, ctx, &s); diags.HasErrors() {
 		return 0, diags
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, hcl.Diagnostics{{
-			Severity: hcl.DiagError,
-			Summary:  "Invalid duration",
-			Detail: fmt.Sprintf("%q is not a duration: %s. Write a Go duration such as \"250ms\", \"30s\" or \"1h\".",
-				s, strings.TrimPrefix(err.Error(), "time: ")),
-			Subject: a.Expr.Range().Ptr(),
-			Extra:   valueProblem{},
-		}}
+	d, diags := hclutil.ParseDuration(a, s, false)
+	for _, diag := range diags {
+		diag.Extra = valueProblem{}
 	}
-	if d < 0 {
-		return 0, hcl.Diagnostics{{
-			Severity: hcl.DiagError,
-			Summary:  "Invalid value",
-			Detail:   fmt.Sprintf("%q must not be negative.", a.Name),
-			Subject:  a.Expr.Range().Ptr(),
-			Extra:    valueProblem{},
-		}}
-	}
-	return d, nil
+	return d, diags
 }
 
 // decodeBlocks decodes the blocks of one type into fv: a struct (exactly one block), a pointer

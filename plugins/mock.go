@@ -9,13 +9,13 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/agext/levenshtein"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/zclconf/go-cty/cty"
 	ctyjson "github.com/zclconf/go-cty/cty/json"
 
 	"github.com/flowrun/flowrun/internal/handlers"
+	"github.com/flowrun/flowrun/internal/hclutil"
 	"github.com/flowrun/flowrun/schema"
 )
 
@@ -62,7 +62,7 @@ func mockAttributes(handler string, body hcl.Body) (map[string]*hcl.Attribute, h
 		}
 	}
 	slices.SortFunc(own, func(a, b string) int { return mockOrder(a) - mockOrder(b) })
-	takes := fmt.Sprintf("A mock for the %s handler stands in for %s and takes %s.", handler, mockOf[handler], quoteAnd(own))
+	takes := fmt.Sprintf("A mock for the %s handler stands in for %s and takes %s.", handler, mockOf[handler], hclutil.QuoteList(own, "and"))
 	names := make([]string, 0, len(attrs))
 	for name := range attrs {
 		names = append(names, name)
@@ -77,7 +77,7 @@ func mockAttributes(handler string, body hcl.Body) (map[string]*hcl.Attribute, h
 		case known:
 			detail = fmt.Sprintf("%q mocks %s, for the %s handler. %s", name, mockOf[other], other, takes)
 		default:
-			detail = fmt.Sprintf("An argument named %q is not expected in a mock.%s %s", name, closest(name, own), takes)
+			detail = fmt.Sprintf("An argument named %q is not expected in a mock.%s %s", name, hclutil.DidYouMean(name, own), takes)
 		}
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagError,
@@ -292,29 +292,3 @@ type mockExit int
 func (e mockExit) Error() string { return "exit status " + strconv.Itoa(int(e)) }
 
 func (e mockExit) ExitCode() int { return int(e) }
-
-// closest returns ` Did you mean "x"?` for the closest of options, as hcl would.
-func closest(given string, options []string) string {
-	best, bestDist := "", 3
-	for _, o := range options {
-		if d := levenshtein.Distance(given, o, nil); d < bestDist {
-			best, bestDist = o, d
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	return fmt.Sprintf(" Did you mean %q?", best)
-}
-
-// quoteAnd renders `"a", "b" and "c"`.
-func quoteAnd(items []string) string {
-	q := make([]string, len(items))
-	for i, s := range items {
-		q[i] = strconv.Quote(s)
-	}
-	if len(q) < 2 {
-		return strings.Join(q, "")
-	}
-	return strings.Join(q[:len(q)-1], ", ") + " and " + q[len(q)-1]
-}

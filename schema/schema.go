@@ -32,6 +32,21 @@ type Attr struct {
 	Default string
 	// Doc says what the attribute does: one or a few sentences of Markdown.
 	Doc string
+
+	// Kind is the value's type for Decode; KindNone for an attribute declared as prose only,
+	// which its block decodes itself. The constructors (String, Int, Duration ...) set it.
+	Kind Kind
+	// Value is the typed default, what Decode yields when the attribute is not written (nil:
+	// the kind's zero value, or From). WithDefault sets it and Default's text together, so
+	// the reference shows the value decoding uses.
+	Value any
+	// From names a default taken from the block's context ("the pipeline's name"), which
+	// Decode reads from Env.From; it is also Default's text.
+	From string
+
+	nonEmpty  bool // a string (or list element) must not be empty
+	min       int  // an Int's least value
+	allowZero bool // a Duration may be zero (else it must be greater)
 }
 
 // Block is a nested block a body may hold.

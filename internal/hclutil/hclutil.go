@@ -108,23 +108,31 @@ func (d Decoder) duration(attr *hcl.Attribute, positive bool) (time.Duration, hc
 	if diags.HasErrors() {
 		return 0, diags
 	}
+	dur, ds := ParseDuration(attr, s, positive)
+	return dur, append(diags, ds...)
+}
+
+// ParseDuration parses s, the string value of attr, as a Go duration ("250ms", "30s", "1h"):
+// the one duration parser of every block, handler configs' included. positive demands > 0,
+// else >= 0; each mistake is a diagnostic at the value, and the duration is then 0.
+func ParseDuration(attr *hcl.Attribute, s string, positive bool) (time.Duration, hcl.Diagnostics) {
 	dur, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, append(diags, &hcl.Diagnostic{
+		return 0, hcl.Diagnostics{{
 			Severity: hcl.DiagError,
 			Summary:  "Invalid duration",
 			Detail: fmt.Sprintf("%q is not a duration: %s. Write a Go duration such as \"250ms\", \"30s\" or \"1h\".",
 				s, strings.TrimPrefix(err.Error(), "time: ")),
 			Subject: attr.Expr.Range().Ptr(),
-		})
+		}}
 	}
 	switch {
 	case positive && dur <= 0:
-		return 0, append(diags, InvalidValue(attr, fmt.Sprintf("%q must be greater than zero.", attr.Name)))
+		return 0, hcl.Diagnostics{InvalidValue(attr, fmt.Sprintf("%q must be greater than zero.", attr.Name))}
 	case dur < 0:
-		return 0, append(diags, InvalidValue(attr, fmt.Sprintf("%q must not be negative.", attr.Name)))
+		return 0, hcl.Diagnostics{InvalidValue(attr, fmt.Sprintf("%q must not be negative.", attr.Name))}
 	}
-	return dur, diags
+	return dur, nil
 }
 
 // StrList decodes a non-empty list of non-empty strings.
