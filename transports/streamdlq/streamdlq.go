@@ -4,8 +4,8 @@
 // package imports another. They speak the stream sources' wire format (codec.StreamFields,
 // codec.DecodeStream).
 //
-// The error texts still begin "redisstream:", as they did before the package was split out of
-// redisstream, so what flowrun dlq prints did not change.
+// The error texts begin "redisstream:", as the stream source's own do: they are stream commands
+// (XRANGE, XADD, XDEL) failing, whichever source kind keeps its dead letters in a stream.
 package streamdlq
 
 import (
