@@ -280,9 +280,9 @@ func TestHandWrittenSamplesValidate(t *testing.T) {
 	}
 }
 
-// commandSample is a page's block showing `flowrun validate FILE` or `flowrun test FILE` and what
-// it prints.
-var commandSample = regexp.MustCompile("(?ms)^```\n\\$ flowrun (validate|test) (\\S+)\n(.*?)^```")
+// commandSample is a page's block showing `flowrun validate FILE...` or `flowrun test FILE...`
+// and what it prints.
+var commandSample = regexp.MustCompile("(?ms)^```\n\\$ flowrun (validate|test) (\\S+(?: \\S+)*)\n(.*?)^```")
 
 // A page that shows what `flowrun validate` or `flowrun test` prints for a file, a mistake or a
 // failing test, shows what it prints for that very file, run from the repository's root, so a
@@ -296,7 +296,8 @@ func TestCommandSamplesAreReal(t *testing.T) {
 			cmd, file, want := m[1], m[2], strings.TrimRight(m[3], "\n")
 			found[cmd]++
 			var out bytes.Buffer
-			code := cli.Run(context.Background(), []string{cmd, file}, cli.Stdio{In: strings.NewReader(""), Out: &out, Err: &out})
+			args := append([]string{cmd}, strings.Fields(file)...)
+			code := cli.Run(context.Background(), args, cli.Stdio{In: strings.NewReader(""), Out: &out, Err: &out})
 			if code != 1 {
 				t.Errorf("%s: flowrun %s %s exits %d, not 1 as a sample of a failure should", p, cmd, file, code)
 			}
