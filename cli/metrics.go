@@ -3,6 +3,7 @@ package cli
 import (
 	"net/http"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,9 +28,8 @@ var HandlerBuckets = []float64{
 // promMetrics implements engine.Metrics with the metric names of SPEC §10.
 type promMetrics struct {
 	reg         *prometheus.Registry
-	messages    *prometheus.CounterVec
+	outcomes    *outcomeCollector
 	seconds     *prometheus.HistogramVec
-	deadLetters *prometheus.CounterVec
 	inflight    *prometheus.GaugeVec
 	delayed     *prometheus.GaugeVec
 	srcErrors   *prometheus.CounterVec
@@ -43,15 +43,17 @@ var _ engine.Metrics = (*promMetrics)(nil)
 func newMetrics() *promMetrics {
 	m := &promMetrics{
 		reg: prometheus.NewRegistry(),
-		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flowrun_messages_total", Help: "Deliveries settled, by outcome.",
-		}, []string{"pipeline", "outcome"}),
+		outcomes: &outcomeCollector{
+			messages: counterDesc(prometheus.CounterOpts{
+				Name: "flowrun_messages_total", Help: "Deliveries settled, by outcome.",
+			}, "pipeline", "outcome"),
+			deadLetters: counterDesc(prometheus.CounterOpts{
+				Name: "flowrun_dead_letters_total", Help: "Deliveries written to the dead letter.",
+			}, "pipeline"),
+		},
 		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "flowrun_handler_seconds", Help: "Time a handler took per delivery (buckets from 5 µs to 60 s).",
 			Buckets: HandlerBuckets,
-		}, []string{"pipeline"}),
-		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flowrun_dead_letters_total", Help: "Deliveries written to the dead letter.",
 		}, []string{"pipeline"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "flowrun_inflight", Help: "Handlers running now.",
@@ -75,7 +77,7 @@ func newMetrics() *promMetrics {
 		Name: "flowrun_build_info", Help: "Always 1; the labels say which flowrun this is.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(Version, runtime.Version()).Set(1)
-	m.reg.MustRegister(m.messages, m.seconds, m.deadLetters, m.inflight, m.delayed, m.srcErrors, m.settleFails,
+	m.reg.MustRegister(m.outcomes, m.seconds, m.inflight, m.delayed, m.srcErrors, m.settleFails,
 		m.ruleErrors, build,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -102,40 +104,23 @@ func (m *promMetrics) handler() http.Handler {
 // Pipeline binds the label values of one pipeline once, so that counting a message is a few
 // atomic adds and never a label hash.
 func (m *promMetrics) Pipeline(name string) engine.PipelineMetrics {
-	b := &boundMetrics{
-		outcomes:    make(map[string]prometheus.Counter, len(engine.OutcomeLabels)),
+	return &boundMetrics{
 		seconds:     m.seconds.WithLabelValues(name),
-		deadLetters: m.deadLetters.WithLabelValues(name),
 		inflight:    m.inflight.WithLabelValues(name),
 		delayed:     m.delayed.WithLabelValues(name),
 		srcErrors:   m.srcErrors.WithLabelValues(name),
 		settleFails: m.settleFails.MustCurryWith(prometheus.Labels{"pipeline": name}),
 		ruleErrors:  m.ruleErrors.MustCurryWith(prometheus.Labels{"pipeline": name}),
 	}
-	for _, l := range engine.OutcomeLabels {
-		b.outcomes[l] = m.messages.WithLabelValues(name, l)
-	}
-	return b
 }
 
 type boundMetrics struct {
-	outcomes    map[string]prometheus.Counter // read-only after Pipeline
 	seconds     prometheus.Observer
-	deadLetters prometheus.Counter
 	inflight    prometheus.Gauge
 	delayed     prometheus.Gauge
 	srcErrors   prometheus.Counter
 	settleFails *prometheus.CounterVec // curried with the pipeline; reasons are few
 	ruleErrors  *prometheus.CounterVec // curried with the pipeline; rules are the config's
-}
-
-func (b *boundMetrics) Outcome(label string) {
-	if c, ok := b.outcomes[label]; ok {
-		c.Inc()
-	}
-	if label == engine.LabelDeadLetter {
-		b.deadLetters.Inc()
-	}
 }
 
 func (b *boundMetrics) HandlerDuration(d time.Duration) { b.seconds.Observe(d.Seconds()) }
@@ -146,6 +131,43 @@ func (b *boundMetrics) SettleFailure(reason string)     { b.settleFails.WithLabe
 func (b *boundMetrics) RuleError(rule string)           { b.ruleErrors.WithLabelValues(rule).Inc() }
 
 var _ engine.RuleErrorCounter = (*boundMetrics)(nil)
+
+// outcomeCollector serves flowrun_messages_total and flowrun_dead_letters_total from the
+// engine's outcome counters, read at each scrape: the counters the progress lines and the
+// status page read, so /metrics agrees with them to the message.
+type outcomeCollector struct {
+	messages    *prometheus.Desc
+	deadLetters *prometheus.Desc
+	totals      atomic.Pointer[func() []engine.PipelineTotals] // nil until readOutcomes
+}
+
+// readOutcomes sets where the outcome counters are read (the engine's Totals).
+func (m *promMetrics) readOutcomes(totals func() []engine.PipelineTotals) {
+	m.outcomes.totals.Store(&totals)
+}
+
+func counterDesc(o prometheus.CounterOpts, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(o.Name, o.Help, labels, nil)
+}
+
+func (c *outcomeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.messages
+	ch <- c.deadLetters
+}
+
+func (c *outcomeCollector) Collect(ch chan<- prometheus.Metric) {
+	totals := c.totals.Load()
+	if totals == nil {
+		return
+	}
+	for _, t := range (*totals)() {
+		for l, n := range t.Outcomes {
+			ch <- prometheus.MustNewConstMetric(c.messages, prometheus.CounterValue, float64(n), t.Name, engine.Label(l).String())
+		}
+		ch <- prometheus.MustNewConstMetric(c.deadLetters, prometheus.CounterValue,
+			float64(t.Outcomes[engine.OutcomeDeadLetter]), t.Name)
+	}
+}
 
 // spanCounts is what the trace exporter counts (*telemetry.Provider).
 type spanCounts interface {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"sort"
 	"strings"
+
+	"github.com/flowrun/flowrun/engine"
 )
 
 // What the reference in docs/ says about the command line and the metrics, read from what the
@@ -61,6 +63,7 @@ type MetricDoc struct {
 // registry made as `run` makes it, with one child of every vector so that each is gathered.
 func Metrics() []MetricDoc {
 	m := newMetrics()
+	m.readOutcomes(func() []engine.PipelineTotals { return []engine.PipelineTotals{{Name: "p"}} })
 	p := m.Pipeline("p")
 	p.SettleFailure("connection")
 	p.(*boundMetrics).RuleError("r")

@@ -139,12 +139,12 @@ func TestFlowDedupe(t *testing.T) {
 		}
 		return Result{Outcome: Ack()}
 	})
-	m := newCounting()
 	p.Flow = &Flow{Dedupe: &Dedupe{Key: headerKey("k"), Window: time.Minute}}
-	if err := run(t, context.Background(), Options{Metrics: m}, p); err != nil {
+	e := New(Options{}, p)
+	if err := e.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	got := m.counts()
+	got := e.Status()[0].Totals
 	if got["ack"] != 2 || got["drop"] != 1 || got[LabelDuplicate] != 3 || got["retry"] != 1 {
 		t.Fatalf("outcomes %v, want 2 ack, 1 drop, 3 duplicate, 1 retry (the key that failed)", got)
 	}
@@ -168,30 +168,6 @@ func TestFlowDedupeReleasedOnRetry(t *testing.T) {
 	if calls.Load() != 2 {
 		t.Fatalf("handler ran %d times, want 2 (a retry releases the key)", calls.Load())
 	}
-}
-
-// counting is a Metrics that counts outcomes.
-type counting struct {
-	noMetrics
-	mu sync.Mutex
-	m  map[string]int
-}
-
-func newCounting() *counting                        { return &counting{m: map[string]int{}} }
-func (c *counting) Pipeline(string) PipelineMetrics { return c }
-func (c *counting) Outcome(l string) {
-	c.mu.Lock()
-	c.m[l]++
-	c.mu.Unlock()
-}
-func (c *counting) counts() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := map[string]int{}
-	for k, v := range c.m {
-		out[k] = v
-	}
-	return out
 }
 
 func TestMemFlowStoreLeaseExpires(t *testing.T) {

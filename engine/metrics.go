@@ -2,16 +2,16 @@ package engine
 
 import "time"
 
-// Metrics receives what the runtime counts (SPEC §10). The CLI plugs in Prometheus; tests and
-// embedders may pass nil. Pipeline is called once per pipeline, so an implementation can bind
-// its label values once instead of on every message.
+// Metrics receives what the runtime counts (SPEC §10) beside the outcomes, which the engine
+// counts itself and serves from Totals and Status (so every view agrees). The CLI plugs in
+// Prometheus; tests and embedders may pass nil. Pipeline is called once per pipeline, so an
+// implementation can bind its label values once instead of on every message.
 type Metrics interface {
 	Pipeline(name string) PipelineMetrics
 }
 
 // PipelineMetrics counts for one pipeline.
 type PipelineMetrics interface {
-	Outcome(label string) // ack, drop, retry, retry_after, dead_letter, rejected, duplicate
 	HandlerDuration(d time.Duration)
 	Inflight(delta int)
 	DelayedHeld(n int)
@@ -24,7 +24,6 @@ type PipelineMetrics interface {
 type noMetrics struct{}
 
 func (noMetrics) Pipeline(string) PipelineMetrics { return noMetrics{} }
-func (noMetrics) Outcome(string)                  {}
 func (noMetrics) HandlerDuration(time.Duration)   {}
 func (noMetrics) Inflight(int)                    {}
 func (noMetrics) DelayedHeld(int)                 {}

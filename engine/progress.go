@@ -8,8 +8,9 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// tally counts what a pipeline did, for its progress lines and end-of-input summary (SPEC §10
-// "Progress"); metrics count the same for Prometheus.
+// tally counts what a pipeline did. Its outcome counters are the one record of them: the
+// progress lines and end-of-input summary (SPEC §10 "Progress"), Status and the metrics
+// (Totals) all read them, each view from one snapshot.
 type tally struct {
 	start    time.Time
 	read     atomic.Int64 // deliveries taken by a worker
@@ -19,28 +20,45 @@ type tally struct {
 	inflight atomic.Int64 // handlers running
 }
 
+// Outcomes are a pipeline's totals per outcome, indexed by Label.
+type Outcomes [numOutcomes]int64
+
+// Handled is the number of deliveries settled: the sum of the outcomes.
+func (o *Outcomes) Handled() int64 {
+	var n int64
+	for _, c := range o {
+		n += c
+	}
+	return n
+}
+
+func (o *Outcomes) add(p *Outcomes) {
+	for i := range o {
+		o[i] += p[i]
+	}
+}
+
 func (t *tally) outcome(l Label) {
 	if int(l) < len(t.outcomes) {
 		t.outcomes[l].Add(1)
 	}
 }
 
-func (t *tally) handled() int64 {
-	var n int64
+// snapshot reads every outcome counter once.
+func (t *tally) snapshot() Outcomes {
+	var o Outcomes
 	for i := range t.outcomes {
-		n += t.outcomes[i].Load()
+		o[i] = t.outcomes[i].Load()
 	}
-	return n
+	return o
 }
 
-// fields adds the totals per outcome (those not zero) to ev.
-func (t *tally) fields(ev *zerolog.Event) *zerolog.Event {
+// outcomeFields adds the totals per outcome (those not zero) to ev.
+func outcomeFields(ev *zerolog.Event, o *Outcomes) *zerolog.Event {
 	d := zerolog.Dict()
-	for i, l := range OutcomeLabels {
-		if i < len(t.outcomes) {
-			if n := t.outcomes[i].Load(); n > 0 {
-				d = d.Int64(l, n)
-			}
+	for i, n := range o {
+		if n > 0 {
+			d = d.Int64(Label(i).String(), n)
 		}
 	}
 	return ev.Dict("outcomes", d)
@@ -61,13 +79,14 @@ func (r *runner) progress(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			n := r.tally.handled()
+			o := r.tally.snapshot()
+			n := o.Handled()
 			if n == last {
 				lastAt = now
 				continue
 			}
 			rate := float64(n-last) / now.Sub(lastAt).Seconds()
-			r.tally.fields(r.log.Info()).Int64("handled", n).Float64("rate", round1(rate)).Msg("progress")
+			outcomeFields(r.log.Info(), &o).Int64("handled", n).Float64("rate", round1(rate)).Msg("progress")
 			last, lastAt = n, now
 		}
 	}
@@ -75,14 +94,15 @@ func (r *runner) progress(ctx context.Context, every time.Duration) {
 
 // summary is the line a finite source (a file replay, a pipe) ends with.
 func (r *runner) summary() {
-	ev := r.log.Info().Int64("read", r.tally.read.Load()).Int64("handled", r.tally.handled())
-	ev = r.tally.fields(ev)
+	o := r.tally.snapshot()
+	ev := r.log.Info().Int64("read", r.tally.read.Load()).Int64("handled", o.Handled())
+	ev = outcomeFields(ev, &o)
 	if m, ok := r.p.Source.(interface{ Malformed() int64 }); ok {
 		ev = ev.Int64("malformed", m.Malformed())
 	}
 	elapsed := time.Since(r.tally.start)
 	ev.Int64("copies", r.tally.copies.Load()).Int64("dead_letters", r.tally.dead.Load()).
-		Dur("elapsed_ms", elapsed).Float64("rate", round1(float64(r.tally.handled())/elapsed.Seconds())).
+		Dur("elapsed_ms", elapsed).Float64("rate", round1(float64(o.Handled())/elapsed.Seconds())).
 		Msg("input done")
 }
 

@@ -48,13 +48,17 @@ type Engine struct {
 	opts    Options
 	initial []*Pipeline // started by Run
 
-	// mu guards the registry of running pipelines and Run's state; never held across I/O.
-	mu      sync.Mutex
-	running map[string]*running // by pipeline name, until the pipeline has drained
-	order   []*running          // the same, in start order
-	ran     bool                // Run was called: it runs once
-	ctx     context.Context     // Run's; nil outside Run
-	fail    context.CancelFunc  // stops every pipeline: one failed
+	// mu guards the registry of pipelines and Run's state; never held across I/O.
+	mu sync.Mutex
+	// pipes is every pipeline started, in start order: running, stopping, or ended on its own
+	// (failed, or its input done), which Status shows until Stop or a Start of its name.
+	pipes []*running
+	// retired holds, by name, the outcome totals of the pipelines of that name that have
+	// drained: the metrics count over the process's life, across reloads.
+	retired map[string]*Outcomes
+	ran     bool               // Run was called: it runs once
+	ctx     context.Context    // Run's; nil outside Run
+	fail    context.CancelFunc // stops every pipeline: one failed
 	errs    []error
 	ended   bool          // the last pipeline to end ended on its own, not by Stop
 	changed chan struct{} // a pipeline ended; Run looks again
@@ -62,19 +66,17 @@ type Engine struct {
 
 	sinkMu sync.Mutex
 	sinks  map[Target]*sinkEntry
-
-	// runMu guards runners: every pipeline started, by name, for Status.
-	runMu   sync.Mutex
-	runners map[string]*runner
 }
 
-// running is one pipeline of the registry.
+// running is one pipeline of the registry; its fields are guarded by Engine.mu.
 type running struct {
 	p       *Pipeline
+	r       *runner // set by register once the pipeline runs; nil before
 	stop    context.CancelFunc
 	done    chan struct{} // closed once it has drained
 	err     error         // set before done is closed
-	stopped bool          // Stop asked; guarded by Engine.mu
+	stopped bool          // Stop asked
+	drained bool          // its runPipeline returned
 }
 
 // sinkEntry is one target's sink, created once. Its own lock is held while it is created (which
@@ -93,7 +95,7 @@ func New(opts Options, pipelines ...*Pipeline) *Engine {
 		withDefaults(p)
 	}
 	return &Engine{
-		opts: opts, initial: pipelines, running: map[string]*running{}, ended: true,
+		opts: opts, initial: pipelines, retired: map[string]*Outcomes{}, ended: true,
 		changed: make(chan struct{}, 1), started: make(chan struct{}), sinks: map[Target]*sinkEntry{},
 	}
 }
@@ -126,9 +128,11 @@ func (e *Engine) Ready() bool {
 func (e *Engine) Pipelines() []*Pipeline {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := make([]*Pipeline, 0, len(e.order))
-	for _, r := range e.order {
-		out = append(out, r.p)
+	out := make([]*Pipeline, 0, len(e.pipes))
+	for _, x := range e.pipes {
+		if !x.drained {
+			out = append(out, x.p)
+		}
 	}
 	return out
 }
@@ -160,7 +164,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	stopped := ctx.Done()
 	for {
 		e.mu.Lock()
-		if len(e.running) == 0 && (ctx.Err() != nil || e.ended) {
+		if e.live("") == nil && (ctx.Err() != nil || e.ended) {
 			e.ctx = nil // in the same step: no Start comes in after the last end
 			err := errors.Join(e.errs...)
 			e.mu.Unlock()
@@ -192,27 +196,31 @@ func (e *Engine) Start(p *Pipeline) error {
 }
 
 func (e *Engine) startLocked(p *Pipeline) error {
-	if _, dup := e.running[p.Name]; dup {
+	if e.live(p.Name) != nil {
 		return fmt.Errorf("pipeline %s: already running", p.Name)
 	}
+	e.forget(func(x *running) bool { return x.p.Name == p.Name }) // one that ended on its own
 	stop, cancel := context.WithCancel(e.ctx)
-	r := &running{p: p, stop: cancel, done: make(chan struct{})}
-	e.running[p.Name] = r
-	e.order = append(e.order, r)
+	x := &running{p: p, stop: cancel, done: make(chan struct{})}
+	e.pipes = append(e.pipes, x)
 	e.ended = false
 	go func() {
 		err := e.runPipeline(stop, p)
 		cancel()
 		e.mu.Lock()
-		r.err = err
-		delete(e.running, p.Name)
-		for i, o := range e.order {
-			if o == r {
-				e.order = append(e.order[:i:i], e.order[i+1:]...)
-				break
+		x.err, x.drained = err, true
+		if x.r != nil {
+			// Its counters are final: the metrics read them from retired from now on.
+			o := x.r.tally.snapshot()
+			if t := e.retired[p.Name]; t != nil {
+				o.add(t)
 			}
+			e.retired[p.Name] = &o
 		}
-		if !r.stopped {
+		// Status shows the set that runs: a pipeline Stop stopped (a reload removed it, or
+		// starts it anew) leaves it; one that ended on its own stays, stopped.
+		e.forget(func(o *running) bool { return o == x && (x.stopped || x.r == nil) })
+		if !x.stopped {
 			e.ended = true
 			if err != nil {
 				e.errs = append(e.errs, err)
@@ -220,7 +228,7 @@ func (e *Engine) startLocked(p *Pipeline) error {
 			}
 		}
 		e.mu.Unlock()
-		close(r.done)
+		close(x.done)
 		select {
 		case e.changed <- struct{}{}:
 		default:
@@ -229,23 +237,45 @@ func (e *Engine) startLocked(p *Pipeline) error {
 	return nil
 }
 
+// live returns the pipeline of the name that has not drained (any such pipeline for ""), or
+// nil. e.mu is held.
+func (e *Engine) live(name string) *running {
+	for _, x := range e.pipes {
+		if !x.drained && (name == "" || x.p.Name == name) {
+			return x
+		}
+	}
+	return nil
+}
+
+// forget removes from the registry the pipelines drop returns true for. e.mu is held.
+func (e *Engine) forget(drop func(*running) bool) {
+	kept := e.pipes[:0]
+	for _, x := range e.pipes {
+		if !drop(x) {
+			kept = append(kept, x)
+		}
+	}
+	clear(e.pipes[len(kept):]) // keep no stopped runner alive
+	e.pipes = kept
+}
+
 // Stop stops one pipeline as a stop signal would (in-flight handlers finish within its
 // shutdown_timeout, settlements go out, held copies are written) and returns once it has
 // drained, with its error if it failed. The others run on. A name not running is no error.
 func (e *Engine) Stop(name string) error {
 	e.mu.Lock()
-	r := e.running[name]
-	if r == nil {
+	x := e.live(name)
+	if x == nil {
 		e.mu.Unlock()
 		return nil
 	}
-	r.stopped = true
+	x.stopped = true
 	e.ended = false // an emptied set waits for a Start
 	e.mu.Unlock()
-	r.stop()
-	<-r.done
-	e.unregister(name) // a reload removed it, or starts it anew: Status shows the set that runs
-	return r.err
+	x.stop()
+	<-x.done
+	return x.err
 }
 
 // DropSinks forgets the cached sinks drop returns true for (their Redis block changed in a
@@ -526,7 +556,6 @@ func (r *runner) logDecision(d *Delivery, dec Decision, err error) {
 // per interval (settler.refusedWrite): the delivery's own line is then at debug, unless it was
 // dead-lettered.
 func (r *runner) logDecisionAt(d *Delivery, dec Decision, err error, refused bool) {
-	r.metrics.Outcome(dec.Label.String())
 	r.tally.outcome(dec.Label)
 	var ev *zerolog.Event
 	grouped := false

@@ -39,28 +39,27 @@ const (
 type rateRing struct {
 	mu    sync.Mutex
 	at    [rateSlots]time.Time
-	n     [rateSlots][len(tally{}.outcomes)]int64
+	n     [rateSlots]Outcomes
 	next  int
 	count int
 }
 
 func (r *rateRing) add(at time.Time, t *tally) {
+	o := t.snapshot()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.at[r.next] = at
-	for i := range t.outcomes {
-		r.n[r.next][i] = t.outcomes[i].Load()
-	}
+	r.n[r.next] = o
 	r.next = (r.next + 1) % rateSlots
 	r.count = min(r.count+1, rateSlots)
 }
 
 // oldest returns the oldest snapshot kept (false when there is none).
-func (r *rateRing) oldest() (time.Time, [len(tally{}.outcomes)]int64, bool) {
+func (r *rateRing) oldest() (time.Time, Outcomes, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.count == 0 {
-		return time.Time{}, [len(tally{}.outcomes)]int64{}, false
+		return time.Time{}, Outcomes{}, false
 	}
 	i := (r.next - r.count + rateSlots) % rateSlots
 	return r.at[i], r.n[i], true
@@ -80,40 +79,71 @@ func (r *runner) snapshots(done <-chan struct{}) {
 	}
 }
 
-// register records r as the running runner of its pipeline, replacing one that stopped.
+// register makes r the runner of its pipeline's entry in the registry, for Status and Totals.
 func (e *Engine) register(r *runner) {
-	e.runMu.Lock()
-	defer e.runMu.Unlock()
-	if e.runners == nil {
-		e.runners = map[string]*runner{}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, x := range e.pipes {
+		if x.p == r.p && !x.drained {
+			x.r = r
+		}
 	}
-	e.runners[r.p.Name] = r
 }
 
-// unregister forgets the stopped runner of a pipeline Stop stopped.
-func (e *Engine) unregister(name string) {
-	e.runMu.Lock()
-	defer e.runMu.Unlock()
-	if r := e.runners[name]; r != nil && r.stopped.Load() {
-		delete(e.runners, name)
+// runners returns the runner of every pipeline in the registry that has one.
+func (e *Engine) runners() []*runner {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	rs := make([]*runner, 0, len(e.pipes))
+	for _, x := range e.pipes {
+		if x.r != nil {
+			rs = append(rs, x.r)
+		}
 	}
+	return rs
 }
 
 // Status reports every pipeline this engine has started, in name order: one that stopped stays
 // until another of its name starts.
 func (e *Engine) Status() []PipelineStatus {
-	e.runMu.Lock()
-	rs := make([]*runner, 0, len(e.runners))
-	for _, r := range e.runners {
-		rs = append(rs, r)
-	}
-	e.runMu.Unlock()
+	rs := e.runners()
 	sort.Slice(rs, func(i, j int) bool { return rs[i].p.Name < rs[j].p.Name })
 	now := time.Now()
 	out := make([]PipelineStatus, 0, len(rs))
 	for _, r := range rs {
 		out = append(out, r.status(now))
 	}
+	return out
+}
+
+// PipelineTotals are the outcome totals of the pipelines of one name.
+type PipelineTotals struct {
+	Name     string
+	Outcomes Outcomes
+}
+
+// Totals reports, in name order, the outcome totals of every pipeline name this engine has run
+// since it was made: those of a pipeline stopped or started anew (a reload) are kept, as a
+// Prometheus counter keeps them. They are the counters Status and the progress lines read.
+func (e *Engine) Totals() []PipelineTotals {
+	e.mu.Lock()
+	byName := make(map[string]Outcomes, len(e.retired)+len(e.pipes))
+	for name, o := range e.retired {
+		byName[name] = *o
+	}
+	for _, x := range e.pipes {
+		if x.r != nil && !x.drained { // a drained one's counters are in retired
+			o, live := byName[x.p.Name], x.r.tally.snapshot()
+			o.add(&live)
+			byName[x.p.Name] = o
+		}
+	}
+	e.mu.Unlock()
+	out := make([]PipelineTotals, 0, len(byName))
+	for name, o := range byName {
+		out = append(out, PipelineTotals{Name: name, Outcomes: o})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
@@ -127,24 +157,23 @@ func (r *runner) status(now time.Time) PipelineStatus {
 		Inflight: r.tally.inflight.Load(),
 		Held:     int64(r.gate.count()),
 	}
+	stopped := r.stopped.Load()
 	switch {
-	case r.stopped.Load():
+	case stopped:
 		s.State = StateStopped
 	case !sourceReady(r.p.Source):
 		s.State = StateWaiting
 	}
 	at, before, ok := r.rates.oldest()
 	if !ok || now.Sub(at) > time.Minute+rateEvery {
-		at, before = r.tally.start, [len(tally{}.outcomes)]int64{}
+		at, before = r.tally.start, Outcomes{}
 	}
 	secs := now.Sub(at).Seconds()
-	for i, l := range OutcomeLabels {
-		if i >= len(r.tally.outcomes) {
-			break
-		}
-		n := r.tally.outcomes[i].Load()
+	o := r.tally.snapshot()
+	for i, n := range o {
+		l := Label(i).String()
 		s.Totals[l] = n
-		if secs > 0 && !r.stopped.Load() {
+		if secs > 0 && !stopped {
 			rate := float64(n-before[i]) / secs
 			s.Rates[l] = rate
 			s.Rate += rate
