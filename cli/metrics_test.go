@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -42,25 +41,14 @@ func (s pushSource) Receive(ctx context.Context, feed engine.Feed) error {
 
 func (pushSource) Settle(context.Context, []engine.Settlement) error { return nil }
 func (pushSource) Requeue(context.Context, []*engine.Message) error  { return nil }
-func (pushSource) Capabilities() engine.Capabilities                 { return engine.Capabilities{Ack: true, Batch: 50} }
-func (pushSource) Close() error                                      { return nil }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+func (pushSource) Capabilities() engine.Capabilities {
+	return engine.Capabilities{Ack: true, Batch: 50}
 }
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
+func (pushSource) Close() error { return nil }
 
 // lastProgress is the last progress line logged, if any.
-func (s *syncBuffer) lastProgress(t *testing.T) (handled int64, outcomes map[string]int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, line := range bytes.Split(s.b.Bytes(), []byte("\n")) {
+func lastProgress(t *testing.T, logs *syncBuf) (handled int64, outcomes map[string]int64) {
+	for _, line := range bytes.Split([]byte(logs.String()), []byte("\n")) {
 		var l struct {
 			Message  string           `json:"message"`
 			Handled  int64            `json:"handled"`
@@ -84,7 +72,7 @@ func (s *syncBuffer) lastProgress(t *testing.T) (handled int64, outcomes map[str
 func TestMetricsProgressAndStatusAgree(t *testing.T) {
 	const n = 5000
 	outcomes := []engine.Outcome{engine.Ack(), engine.Drop(), engine.DeadLetter("bad"), engine.Retry()}
-	var logs syncBuffer
+	var logs syncBuf
 	p := &engine.Pipeline{
 		Name: "p", Source: pushSource{n: n}, Concurrency: 4, MaxAttempts: 3, DeadLetter: "dlq",
 		ShutdownTimeout: 5 * time.Second, Logger: zerolog.New(&logs).Level(zerolog.InfoLevel),
@@ -108,7 +96,7 @@ func TestMetricsProgressAndStatusAgree(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no progress line said %d handled; last %d %v", n, handled, logged)
 		}
-		handled, logged = logs.lastProgress(t)
+		handled, logged = lastProgress(t, &logs)
 	}
 	st := eng.Status()[0]
 	scraped := scrapeOutcomes(t, srv.URL)

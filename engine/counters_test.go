@@ -6,24 +6,11 @@ import (
 	"encoding/json"
 	"maps"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 )
-
-// lockedBuffer is a log output many goroutines write to.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
 
 // progressLine is what a progress or summary line says about outcomes.
 type progressLine struct {
@@ -32,11 +19,10 @@ type progressLine struct {
 	Outcomes map[string]int64 `json:"outcomes"`
 }
 
-func (l *lockedBuffer) lines(t *testing.T, msg string) []progressLine {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// logLines returns the lines of logs whose message is msg.
+func logLines(t *testing.T, logs *syncBuf, msg string) []progressLine {
 	var out []progressLine
-	for _, b := range bytes.Split(l.b.Bytes(), []byte("\n")) {
+	for _, b := range bytes.Split([]byte(logs.String()), []byte("\n")) {
 		var pl progressLine
 		if len(b) == 0 {
 			continue
@@ -73,7 +59,7 @@ func TestProgressStatusAndTotalsAgree(t *testing.T) {
 	src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: deliveries(n), batch: 64, infinite: true}
 	p := pipeline(src, mixedOutcomes)
 	p.MaxAttempts, p.DeadLetter = 3, "dlq"
-	var logs lockedBuffer
+	var logs syncBuf
 	p.Logger = zerolog.New(&logs).Level(zerolog.InfoLevel)
 	e := New(Options{Progress: time.Millisecond}, p)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -83,7 +69,7 @@ func TestProgressStatusAndTotalsAgree(t *testing.T) {
 	var last progressLine
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if ls := logs.lines(t, "progress"); len(ls) > 0 {
+		if ls := logLines(t, &logs, "progress"); len(ls) > 0 {
 			last = ls[len(ls)-1]
 			if last.Handled == n {
 				for _, l := range ls {
@@ -128,13 +114,13 @@ func TestSummaryAgreesWithStatus(t *testing.T) {
 	src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: deliveries(101)}
 	p := pipeline(src, mixedOutcomes)
 	p.MaxAttempts, p.DeadLetter = 3, "dlq"
-	var logs lockedBuffer
+	var logs syncBuf
 	p.Logger = zerolog.New(&logs).Level(zerolog.InfoLevel)
 	e := New(Options{}, p)
 	if err := e.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	ls := logs.lines(t, "input done")
+	ls := logLines(t, &logs, "input done")
 	if len(ls) != 1 || ls[0].Handled != 101 || sum(ls[0].Outcomes) != 101 {
 		t.Fatalf("summary lines %+v, want one with 101 handled", ls)
 	}
