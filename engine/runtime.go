@@ -207,57 +207,9 @@ func (e *Engine) startLocked(p *Pipeline) error {
 	go func() {
 		err := e.runPipeline(stop, p)
 		cancel()
-		e.mu.Lock()
-		x.err, x.drained = err, true
-		if x.r != nil {
-			// Its counters are final: the metrics read them from retired from now on.
-			o := x.r.tally.snapshot()
-			if t := e.retired[p.Name]; t != nil {
-				o.add(t)
-			}
-			e.retired[p.Name] = &o
-		}
-		// Status shows the set that runs: a pipeline Stop stopped (a reload removed it, or
-		// starts it anew) leaves it; one that ended on its own stays, stopped.
-		e.forget(func(o *running) bool { return o == x && (x.stopped || x.r == nil) })
-		if !x.stopped {
-			e.ended = true
-			if err != nil {
-				e.errs = append(e.errs, err)
-				e.fail()
-			}
-		}
-		e.mu.Unlock()
-		close(x.done)
-		select {
-		case e.changed <- struct{}{}:
-		default:
-		}
+		e.end(x, err)
 	}()
 	return nil
-}
-
-// live returns the pipeline of the name that has not drained (any such pipeline for ""), or
-// nil. e.mu is held.
-func (e *Engine) live(name string) *running {
-	for _, x := range e.pipes {
-		if !x.drained && (name == "" || x.p.Name == name) {
-			return x
-		}
-	}
-	return nil
-}
-
-// forget removes from the registry the pipelines drop returns true for. e.mu is held.
-func (e *Engine) forget(drop func(*running) bool) {
-	kept := e.pipes[:0]
-	for _, x := range e.pipes {
-		if !drop(x) {
-			kept = append(kept, x)
-		}
-	}
-	clear(e.pipes[len(kept):]) // keep no stopped runner alive
-	e.pipes = kept
 }
 
 // Stop stops one pipeline as a stop signal would (in-flight handlers finish within its

@@ -79,30 +79,6 @@ func (r *runner) snapshots(done <-chan struct{}) {
 	}
 }
 
-// register makes r the runner of its pipeline's entry in the registry, for Status and Totals.
-func (e *Engine) register(r *runner) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, x := range e.pipes {
-		if x.p == r.p && !x.drained {
-			x.r = r
-		}
-	}
-}
-
-// runners returns the runner of every pipeline in the registry that has one.
-func (e *Engine) runners() []*runner {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	rs := make([]*runner, 0, len(e.pipes))
-	for _, x := range e.pipes {
-		if x.r != nil {
-			rs = append(rs, x.r)
-		}
-	}
-	return rs
-}
-
 // Status reports every pipeline this engine has started, in name order: one that stopped stays
 // until another of its name starts.
 func (e *Engine) Status() []PipelineStatus {
@@ -113,37 +89,6 @@ func (e *Engine) Status() []PipelineStatus {
 	for _, r := range rs {
 		out = append(out, r.status(now))
 	}
-	return out
-}
-
-// PipelineTotals are the outcome totals of the pipelines of one name.
-type PipelineTotals struct {
-	Name     string
-	Outcomes Outcomes
-}
-
-// Totals reports, in name order, the outcome totals of every pipeline name this engine has run
-// since it was made: those of a pipeline stopped or started anew (a reload) are kept, as a
-// Prometheus counter keeps them. They are the counters Status and the progress lines read.
-func (e *Engine) Totals() []PipelineTotals {
-	e.mu.Lock()
-	byName := make(map[string]Outcomes, len(e.retired)+len(e.pipes))
-	for name, o := range e.retired {
-		byName[name] = *o
-	}
-	for _, x := range e.pipes {
-		if x.r != nil && !x.drained { // a drained one's counters are in retired
-			o, live := byName[x.p.Name], x.r.tally.snapshot()
-			o.add(&live)
-			byName[x.p.Name] = o
-		}
-	}
-	e.mu.Unlock()
-	out := make([]PipelineTotals, 0, len(byName))
-	for name, o := range byName {
-		out = append(out, PipelineTotals{Name: name, Outcomes: o})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
