@@ -262,30 +262,9 @@ func merge(files []*fileConfig, complete bool) (*Config, hcl.Diagnostics) {
 	pipelines := map[string]*Pipeline{}
 	tests := map[string]*Test{}
 	for _, fc := range files {
-		for _, r := range fc.redis {
-			if prev, dup := redis[r.Name]; dup {
-				diags = append(diags, duplicate("redis", r.Name, r.DeclRange, prev.DeclRange))
-				continue
-			}
-			redis[r.Name] = r
-			cfg.Redis = append(cfg.Redis, r)
-		}
-		for _, pl := range fc.pipelines {
-			if prev, dup := pipelines[pl.Name]; dup {
-				diags = append(diags, duplicate("pipeline", pl.Name, pl.DeclRange, prev.DeclRange))
-				continue
-			}
-			pipelines[pl.Name] = pl
-			cfg.Pipelines = append(cfg.Pipelines, pl)
-		}
-		for _, t := range fc.tests {
-			if prev, dup := tests[t.Name]; dup {
-				diags = append(diags, duplicate("test", t.Name, t.DeclRange, prev.DeclRange))
-				continue
-			}
-			tests[t.Name] = t
-			cfg.Tests = append(cfg.Tests, t)
-		}
+		keepFirst("redis", fc.redis, redis, &cfg.Redis, func(r *Redis) (string, hcl.Range) { return r.Name, r.DeclRange }, &diags)
+		keepFirst("pipeline", fc.pipelines, pipelines, &cfg.Pipelines, func(p *Pipeline) (string, hcl.Range) { return p.Name, p.DeclRange }, &diags)
+		keepFirst("test", fc.tests, tests, &cfg.Tests, func(t *Test) (string, hcl.Range) { return t.Name, t.DeclRange }, &diags)
 		for _, t := range fc.telemetry {
 			if cfg.Telemetry != nil {
 				diags = append(diags, &hcl.Diagnostic{
@@ -333,6 +312,21 @@ func checkClusterSlots(pl *Pipeline, redis map[string]*Redis) hcl.Diagnostics {
 		return cc.CheckCluster(r.Name)
 	}
 	return nil
+}
+
+// keepFirst appends the named blocks of one kind to all, in order, and reports each whose name
+// is in seen already as a duplicate of the first; decl gives a block's name and range.
+func keepFirst[T any](kind string, blocks []T, seen map[string]T, all *[]T, decl func(T) (string, hcl.Range), diags *hcl.Diagnostics) {
+	for _, b := range blocks {
+		name, rng := decl(b)
+		if prev, dup := seen[name]; dup {
+			_, prevRng := decl(prev)
+			*diags = append(*diags, duplicate(kind, name, rng, prevRng))
+			continue
+		}
+		seen[name] = b
+		*all = append(*all, b)
+	}
 }
 
 func duplicate(kind, name string, rng, prev hcl.Range) *hcl.Diagnostic {
