@@ -393,16 +393,25 @@ func selection(w http.ResponseWriter, r *http.Request) (transports.DeadLetterQue
 	return transports.DeadLetterQuery{}, false
 }
 
-func (s *server) redrive(w http.ResponseWriter, r *http.Request) {
+// actionTarget finds the pipeline and the dead letters an action works on, or answers the
+// request with why it cannot; a redrive needs a source that can take its letters back.
+func (s *server) actionTarget(w http.ResponseWriter, r *http.Request, redrive bool) (*config.Pipeline, transports.DeadLetterStore, transports.DeadLetterQuery, bool) {
 	p, store, ok := s.store(w, r)
 	if !ok {
-		return
+		return nil, nil, transports.DeadLetterQuery{}, false
 	}
-	if err := store.CheckRedrive(); err != nil {
-		writeError(w, http.StatusConflict, fmt.Sprintf("pipeline %q %v", p.Name, err))
-		return
+	if redrive {
+		if err := store.CheckRedrive(); err != nil {
+			writeError(w, http.StatusConflict, fmt.Sprintf("pipeline %q %v", p.Name, err))
+			return nil, nil, transports.DeadLetterQuery{}, false
+		}
 	}
 	q, ok := selection(w, r)
+	return p, store, q, ok
+}
+
+func (s *server) redrive(w http.ResponseWriter, r *http.Request) {
+	p, store, q, ok := s.actionTarget(w, r, true)
 	if !ok {
 		return
 	}
@@ -427,11 +436,7 @@ func writeAction(w http.ResponseWriter, res actionResult, err error) {
 }
 
 func (s *server) purge(w http.ResponseWriter, r *http.Request) {
-	p, store, ok := s.store(w, r)
-	if !ok {
-		return
-	}
-	q, ok := selection(w, r)
+	p, store, q, ok := s.actionTarget(w, r, false)
 	if !ok {
 		return
 	}
