@@ -81,6 +81,14 @@ type page struct {
 
 func (g *gen) newPage(p string) *page { return &page{g: g, path: p} }
 
+// varTable writes a table of expression variables.
+func (p *page) varTable(vars []rules.Var) {
+	p.s("| name | type | description |\n|---|---|---|\n")
+	for _, v := range vars {
+		p.f("| %s | %s | %s |\n", code(v.Name), cell(v.Type), cell(v.Doc))
+	}
+}
+
 func (p *page) done() {
 	p.g.pages = append(p.g.pages, Page{Path: p.path, Content: header + strings.TrimRight(p.b.String(), "\n") + "\n"})
 }
@@ -680,10 +688,8 @@ func (g *gen) expressionsPage() {
 	p := g.newPage(expressionsPath)
 	p.s("# Expressions\n\n")
 	p.para("Rules are written in [expr-lang](https://expr-lang.org/docs/language-definition) inside HCL strings: a rule's `when` (a boolean) and `outcome`, the pipeline's `otherwise`, an emit's `payload` and `headers`, and `flowrun dlq --where`. Every expression is compiled once at load time against the typed environment below, so an unknown name or a type error is a config error pointing inside the string. An evaluation error at run time counts as `retry`. Strings in expressions take single quotes: `when = \"headers['gateway'] == 'down'\"`.")
-	p.s("## Variables\n\n| name | type | description |\n|---|---|---|\n")
-	for _, v := range rules.Variables() {
-		p.f("| %s | %s | %s |\n", code(v.Name), cell(v.Type), cell(v.Doc))
-	}
+	p.s("## Variables\n\n")
+	p.varTable(rules.Variables())
 	p.s("\n## Functions\n\nBesides expr-lang's own (`len`, `upper`, `lower`, `trim`, `split`, `duration`, `now`, `any`, `all`, …):\n\n| function | returns | description |\n|---|---|---|\n")
 	for _, f := range rules.Functions() {
 		p.f("| %s | %s | %s |\n", code(f.Signature), cell(f.Returns), cell(f.Doc))
@@ -730,10 +736,7 @@ func (g *gen) expressionsPage() {
 	p.para("`??` guards field reads: on its left, a field or index read whose object is not an object or array (a plain-text payload, a number), or lacks that field or index, gives `nil`, so `payload.amount ?? 0` is `0` for `refund 12`, `{}` and `{\"amount\":null}`. It does not convert: `(payload.amount ?? 0) > 100` still fails on `{\"amount\":\"abc\"}`; write `type(payload.amount) == 'float' && payload.amount > 100` to skip such messages instead.")
 	p.s("<a id=\"dlq-where\"></a>\n## Dead-letter filters (`flowrun dlq --where`)\n\n")
 	p.para("A filter sees the rules' variables filled from the dead letter (`key` is `x-original-key`, `id` the dead letter's own id, `attempt` is `x-attempts`), plus:")
-	p.s("| name | type | description |\n|---|---|---|\n")
-	for _, v := range rules.FilterVariables() {
-		p.f("| %s | %s | %s |\n", code(v.Name), cell(v.Type), cell(v.Doc))
-	}
+	p.varTable(rules.FilterVariables())
 	p.f("\n    flowrun dlq list payouts --where \"%s\"\n", dlqWhereExample)
 	p.done()
 }
