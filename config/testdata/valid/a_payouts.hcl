@@ -72,3 +72,6 @@ test "ok emits" {
     ]
   }
 }
+
+# Close to examples/payouts.hcl, but with the attributes spelled out (tls, group, start, file(),
+# a record emit) so that TestLoadValid checks each decoded; the example stays short for readers.
