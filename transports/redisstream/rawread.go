@@ -1,28 +1,24 @@
 package redisstream
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/internal/resp"
 )
 
 // rawRead is the source's read connection once go-redis has dialled it and run its handshake
 // (TLS aside, AUTH or HELLO, SELECT, CLIENT SETNAME, a Sentinel's master lookup): XREADGROUP,
 // and reclaim's XAUTOCLAIM with its XPENDING, are written on it directly and the RESP2 replies
-// parsed straight into deliveries. go-redis's generic reply built a []any for every entry and
+// (read by internal/resp) turned straight into deliveries. go-redis's generic reply built a []any for every entry and
 // for its field list and boxed every string (12 allocations an entry, 3 here: `go test -run
 // '^$' -bench ReadParse ./transports/redisstream/`), on the one path every batch waits for.
 //
@@ -31,7 +27,7 @@ import (
 // dialled anew, never read from in the middle of a reply.
 type rawRead struct {
 	nc   net.Conn
-	br   *bufio.Reader
+	rd   *resp.Reader
 	wbuf []byte
 	// go-redis's timeouts, as its options hold them once set up: > 0 a deadline that far
 	// ahead, 0 none, < 0 deadlines left alone.
@@ -48,17 +44,8 @@ func newRawRead(nc net.Conn, readTimeout, writeTimeout time.Duration) *rawRead {
 	if _, ok := nc.(syscall.Conn); !ok {
 		return nil
 	}
-	return &rawRead{nc: nc, br: bufio.NewReaderSize(nc, 32<<10), readTimeout: readTimeout, writeTimeout: writeTimeout}
+	return &rawRead{nc: nc, rd: resp.NewReader(nc, 32<<10), readTimeout: readTimeout, writeTimeout: writeTimeout}
 }
-
-// errProtocol is a reply this reader cannot make sense of; the connection is given up.
-var errProtocol = errors.New("unexpected reply")
-
-// respError is an error reply, as go-redis reports one: the connection stays usable.
-type respError string
-
-func (e respError) Error() string { return string(e) }
-func (respError) RedisError()     {}
 
 // readGroup sends XREADGROUP for the source and parses its reply; block < 0 does not block.
 func (r *rawRead) readGroup(ctx context.Context, s *Source, id string, count int, block time.Duration) ([]*engine.Delivery, []string, error) {
@@ -125,16 +112,7 @@ func (r *rawRead) send(block time.Duration, cmds ...[]string) error {
 	}
 	w := r.wbuf[:0]
 	for _, args := range cmds {
-		w = append(w, '*')
-		w = strconv.AppendInt(w, int64(len(args)), 10)
-		w = append(w, '\r', '\n')
-		for _, a := range args {
-			w = append(w, '$')
-			w = strconv.AppendInt(w, int64(len(a)), 10)
-			w = append(w, '\r', '\n')
-			w = append(w, a...)
-			w = append(w, '\r', '\n')
-		}
+		w = resp.AppendCommand(w, args...)
 	}
 	r.wbuf = w
 	err := deadline(r.nc.SetWriteDeadline, r.writeTimeout)
@@ -157,7 +135,7 @@ func (r *rawRead) send(block time.Duration, cmds ...[]string) error {
 // keepIf gives the connection up after a failed read, unless the failure was an error reply
 // (read whole: the connection is where it should be).
 func (r *rawRead) keepIf(err error) {
-	var re respError
+	var re resp.Error
 	if err != nil && !errors.As(err, &re) {
 		r.close()
 	}
@@ -181,272 +159,96 @@ func (r *rawRead) close() {
 	}
 }
 
-// streamReply parses an XREADGROUP reply of one stream: a null array (nothing new), or
-// [[stream, [[id, [field, value, …]] …]]]; an entry whose data is gone has a null field list.
+// streamReply reads an XREADGROUP reply of one stream into deliveries; an entry whose data is
+// gone (a null field list) is left out and its id returned in gone.
 func (r *rawRead) streamReply(s *Source) ([]*engine.Delivery, []string, error) {
-	n, err := r.arrayLen()
-	if err != nil || n <= 0 {
-		return nil, nil, err
-	}
-	if n != 1 {
-		return nil, nil, fmt.Errorf("%w: %d streams", errProtocol, n)
-	}
-	if n, err = r.arrayLen(); err != nil {
-		return nil, nil, err
-	}
-	if n != 2 {
-		return nil, nil, fmt.Errorf("%w: stream of %d elements", errProtocol, n)
-	}
-	if _, err := r.bulk(); err != nil { // the stream's name
-		return nil, nil, err
-	}
-	if n, err = r.arrayLen(); err != nil || n <= 0 {
+	n, err := r.rd.StreamReply(r.most)
+	if err != nil || n == 0 {
 		return nil, nil, err
 	}
 	return r.entries(s, n)
 }
 
-// autoClaimReply parses an XAUTOCLAIM reply: [next cursor, entries, deleted ids] (the third
-// from Redis 7 on; before, an entry whose data is gone comes with a null field list).
+// autoClaimReply reads an XAUTOCLAIM reply: the next cursor, the claimed entries, and the ids
+// whose data is gone (listed apart from Redis 7 on, as null field lists before).
 func (r *rawRead) autoClaimReply(s *Source) (next string, ds []*engine.Delivery, gone []string, err error) {
-	n, err := r.arrayLen()
+	next, n, deleted, err := r.rd.AutoClaimReply(r.most)
 	if err != nil {
 		return "", nil, nil, err
 	}
-	if n != 2 && n != 3 {
-		return "", nil, nil, fmt.Errorf("%w: xautoclaim reply of %d elements", errProtocol, n)
-	}
-	b, err := r.bulk()
-	if err != nil {
-		return "", nil, nil, err
-	}
-	next = string(b)
-	m, err := r.arrayLen()
-	if err != nil {
-		return "", nil, nil, err
-	}
-	if m > 0 {
-		if ds, gone, err = r.entries(s, m); err != nil {
+	if n > 0 {
+		if ds, gone, err = r.entries(s, n); err != nil {
 			return "", nil, nil, err
 		}
 	}
-	if n == 3 {
-		m, err := r.arrayLen()
+	if deleted {
+		ids, err := r.rd.Deleted()
 		if err != nil {
 			return "", nil, nil, err
 		}
-		for range max(m, 0) {
-			b, err := r.bulk()
-			if err != nil {
-				return "", nil, nil, err
-			}
-			gone = append(gone, string(b))
-		}
+		gone = append(gone, ids...)
 	}
 	return next, ds, gone, nil
 }
 
-// pendingReply parses the reply of an extended XPENDING (id, consumer, idle ms, delivery count
-// per entry) into ids and counts.
+// pendingReply reads the reply of an extended XPENDING into ids and counts.
 func (r *rawRead) pendingReply() ([]redis.XPendingExt, error) {
-	n, err := r.arrayLen()
-	if err != nil || n <= 0 {
+	n, err := r.rd.PendingReply(r.most)
+	if err != nil || n == 0 {
 		return nil, err
-	}
-	if n > r.most {
-		return nil, fmt.Errorf("%w: %d pending entries where at most %d were asked for", errProtocol, n, r.most)
 	}
 	out := make([]redis.XPendingExt, n)
 	for i := range out {
-		if m, err := r.arrayLen(); err != nil {
-			return nil, err
-		} else if m != 4 {
-			return nil, fmt.Errorf("%w: xpending entry of %d elements", errProtocol, m)
-		}
-		b, err := r.bulk()
-		if err != nil {
+		p := &out[i]
+		if p.ID, p.Idle, p.RetryCount, err = r.rd.Pending(); err != nil {
 			return nil, err
 		}
-		out[i].ID = string(b)
-		if _, err := r.bulk(); err != nil { // the consumer: this one
-			return nil, err
-		}
-		idle, err := r.header(':')
-		if err != nil {
-			return nil, err
-		}
-		count, err := r.header(':')
-		if err != nil {
-			return nil, err
-		}
-		out[i].Idle, out[i].RetryCount = time.Duration(idle)*time.Millisecond, int64(count)
 	}
 	return out, nil
 }
 
-// entries parses n stream entries ([id, [field, value, …]] each) into deliveries; an entry
-// whose data is gone (a null field list) is left out and its id returned in gone.
+// entries reads n stream entries into deliveries, allocated together; an entry whose data is
+// gone is left out and its id returned in gone.
 func (r *rawRead) entries(s *Source, n int) ([]*engine.Delivery, []string, error) {
-	if n > r.most {
-		return nil, nil, fmt.Errorf("%w: %d entries where at most %d were asked for", errProtocol, n, r.most)
-	}
 	all := make([]engine.Delivery, n)
 	ds := make([]*engine.Delivery, 0, n)
 	var gone []string
 	extra := s.headerRoom()
 	var none sharedNone
 	for i := range all {
-		if m, err := r.arrayLen(); err != nil {
-			return nil, nil, err
-		} else if m != 2 {
-			return nil, nil, fmt.Errorf("%w: entry of %d elements", errProtocol, m)
-		}
-		b, err := r.bulk()
+		id, pairs, err := r.rd.Entry()
 		if err != nil {
 			return nil, nil, err
 		}
-		id := string(b) // before the next read reuses the buffer
-		nf, err := r.arrayLen()
-		if err != nil {
-			return nil, nil, err
-		}
-		if nf < 0 {
+		if pairs < 0 {
 			gone = append(gone, id)
 			continue
 		}
 		d := &all[i]
 		d.Key, d.ID, d.Token = s.o.Stream, id, id
-		for j := 0; j < nf/2; j++ {
-			k, err := r.bulk()
+		for range pairs {
+			k, err := r.rd.Bulk()
 			if err != nil {
 				return nil, nil, err
 			}
 			if string(k) == codec.StreamPayloadField {
-				if d.Payload, err = r.bulkCopy(); err != nil {
+				if d.Payload, err = r.rd.BulkCopy(); err != nil {
 					return nil, nil, err
 				}
 				continue
 			}
-			name := string(k)
-			v, err := r.bulk()
+			name := string(k) // before the next read reuses the buffer
+			v, err := r.rd.Bulk()
 			if err != nil {
 				return nil, nil, err
 			}
 			if d.Headers == nil {
-				d.Headers = make(map[string]string, min(nf/2, 64)+extra)
+				d.Headers = make(map[string]string, min(pairs, 64)+extra)
 			}
 			d.Headers[name] = string(v) // a repeated field keeps its last value, as in go-redis's map
-		}
-		if nf%2 != 0 {
-			return nil, nil, fmt.Errorf("%w: odd field list", errProtocol)
 		}
 		none.fill(&d.Message)
 		ds = append(ds, d)
 	}
 	return ds, gone, nil
-}
-
-// line reads one reply line without its CRLF; the slice is valid until the next read.
-func (r *rawRead) line() ([]byte, error) {
-	l, err := r.br.ReadSlice('\n')
-	if err != nil {
-		if errors.Is(err, bufio.ErrBufferFull) {
-			return nil, fmt.Errorf("%w: line over %d bytes", errProtocol, r.br.Size())
-		}
-		return nil, err
-	}
-	if len(l) < 3 || l[len(l)-2] != '\r' {
-		return nil, fmt.Errorf("%w: %q", errProtocol, l)
-	}
-	return l[:len(l)-2], nil
-}
-
-// header reads a line that must start with kind and returns its number; an error reply is
-// returned as a respError.
-func (r *rawRead) header(kind byte) (int, error) {
-	l, err := r.line()
-	if err != nil {
-		return 0, err
-	}
-	switch l[0] {
-	case kind:
-	case '-':
-		return 0, respError(string(l[1:]))
-	default:
-		return 0, fmt.Errorf("%w: %q where %q was due", errProtocol, l, kind)
-	}
-	if len(l) < 2 {
-		return 0, fmt.Errorf("%w: %q", errProtocol, l)
-	}
-	n, err := strconv.Atoi(unsafe.String(&l[1], len(l)-1))
-	if err != nil || n < -1 {
-		return 0, fmt.Errorf("%w: %q", errProtocol, l)
-	}
-	return n, nil
-}
-
-// arrayLen reads an array's length (-1: a null array).
-func (r *rawRead) arrayLen() (int, error) { return r.header('*') }
-
-// bulk reads a bulk string into a slice valid until the next read.
-func (r *rawRead) bulk() ([]byte, error) {
-	n, err := r.bulkLen()
-	if err != nil || n+2 > r.br.Size() {
-		return r.readFull(n, err)
-	}
-	b, err := r.br.Peek(n + 2)
-	if err == nil {
-		err = ended(b, n)
-	}
-	if err != nil {
-		return nil, err
-	}
-	r.br.Discard(n + 2)
-	return b[:n], nil
-}
-
-// bulkCopy reads a bulk string into a slice of its own.
-func (r *rawRead) bulkCopy() ([]byte, error) { return r.readFull(r.bulkLen()) }
-
-// bulkLen reads a bulk string's length, which must not be null.
-func (r *rawRead) bulkLen() (int, error) {
-	n, err := r.header('$')
-	if err == nil && n < 0 {
-		err = fmt.Errorf("%w: null string", errProtocol)
-	}
-	return n, err
-}
-
-// ended checks that b, a bulk string of n bytes and what follows it, has its CRLF.
-func ended(b []byte, n int) error {
-	if b[n] != '\r' || b[n+1] != '\n' {
-		return fmt.Errorf("%w: string not ended by CRLF", errProtocol)
-	}
-	return nil
-}
-
-func (r *rawRead) readFull(n int, err error) ([]byte, error) {
-	if err != nil {
-		return nil, err
-	}
-	if n > 1<<20 {
-		// Grown as the bytes come, so that a length no string has does not allocate it.
-		var buf bytes.Buffer
-		if _, err := io.CopyN(&buf, r.br, int64(n)+2); err != nil {
-			return nil, err
-		}
-		b := buf.Bytes()
-		if err := ended(b, n); err != nil {
-			return nil, err
-		}
-		return b[:n:n], nil
-	}
-	b := make([]byte, n+2)
-	if _, err := io.ReadFull(r.br, b); err != nil {
-		return nil, err
-	}
-	if err := ended(b, n); err != nil {
-		return nil, err
-	}
-	return b[:n:n], nil
 }

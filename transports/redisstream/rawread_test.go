@@ -1,7 +1,6 @@
 package redisstream
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/internal/resp"
 )
 
 // The reads of new entries go through go-redis until it has dialled and set up the source's
@@ -119,7 +120,7 @@ func TestRawReplyInPieces(t *testing.T) {
 		"one byte": iotest.OneByteReader(strings.NewReader(b.String())),
 		"halves":   iotest.HalfReader(strings.NewReader(b.String())),
 	} {
-		r := &rawRead{br: bufio.NewReaderSize(rd, 32<<10), most: n}
+		r := &rawRead{rd: resp.NewReader(rd, 32<<10), most: n}
 		ds, _, err := r.streamReply(src)
 		if err != nil || len(ds) != n {
 			t.Fatalf("%s: %d read, %v", name, len(ds), err)
@@ -150,7 +151,7 @@ func FuzzRawStreamReply(f *testing.F) {
 	f.Add("*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*2\r\n$3\r\n1-1\r\n*999999998\r\n$1\r\nk\r\n")
 	f.Fuzz(func(t *testing.T, reply string) {
 		in := func() *rawRead {
-			return &rawRead{br: bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(reply)), 64), most: 1000}
+			return &rawRead{rd: resp.NewReader(iotest.OneByteReader(strings.NewReader(reply)), 64), most: 1000}
 		}
 		in().autoClaimReply(src)
 		in().pendingReply()
