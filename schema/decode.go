@@ -12,55 +12,93 @@ import (
 )
 
 // Env is what Decode needs besides the attributes: the file's evaluation context, its folder
-// (a Path resolves against it) and the values of the context defaults (Attr.From).
+// (a Path resolves against it), the values of the context defaults (Attr.From), and where
+// mistakes go as they are found (nil: Values.Diagnostics collects them only).
 type Env struct {
-	Ctx  *hcl.EvalContext
-	Dir  string
-	From map[string]any
+	Ctx    *hcl.EvalContext
+	Dir    string
+	From   map[string]any
+	Report func(...*hcl.Diagnostic)
 }
 
 // Values are a block's attributes decoded against their declarations: every declared
-// attribute has a value, the written one, else its default.
+// attribute has a value, the written one, else its default. A written attribute is decoded
+// when it is first read, so its mistakes are reported in the order the block's reader asks,
+// between the checks it makes of the values before.
 type Values struct {
-	vals    map[string]any
+	env     Env
+	decls   map[string]Attr
 	written hcl.Attributes
+	vals    map[string]any
 	ok      map[string]bool
+	diags   hcl.Diagnostics
 }
 
 // Decode decodes the written attributes against decls. A written attribute that decls do not
-// declare is reported at its name, with the closest declared name; a value of the wrong type
-// or out of bounds at its value, worded as internal/hclutil words it, and its value is then the
-// kind's zero. A missing Required attribute is not reported here: the block's owner reports it
-// at the block's header, in its own words.
-func Decode(written hcl.Attributes, decls []Attr, env Env) (Values, hcl.Diagnostics) {
-	v := Values{vals: make(map[string]any, len(decls)), written: written, ok: map[string]bool{}}
-	var diags hcl.Diagnostics
+// declare is reported at once, at its name, with the closest declared name; a value of the
+// wrong type or out of bounds is reported at its value when it is read, worded as
+// internal/hclutil words it, and its value is then the kind's zero. A missing Required
+// attribute is not reported here: the block's owner reports it at the block's header, in its
+// own words.
+func Decode(written hcl.Attributes, decls []Attr, env Env) *Values {
+	v := &Values{env: env, decls: make(map[string]Attr, len(decls)), written: written,
+		vals: make(map[string]any, len(decls)), ok: map[string]bool{}}
 	names := make([]string, 0, len(decls))
 	for _, a := range decls {
 		names = append(names, a.Name)
-		v.vals[a.Name] = a.defaultIn(env)
+		v.decls[a.Name] = a
 	}
 	for _, name := range sortedByPosition(written) {
-		attr := written[name]
-		i := slices.Index(names, name)
-		if i < 0 {
-			diags = append(diags, &hcl.Diagnostic{
+		if _, ok := v.decls[name]; !ok {
+			v.report(&hcl.Diagnostic{
 				Severity: hcl.DiagError,
 				Summary:  "Unsupported argument",
 				Detail:   fmt.Sprintf("An argument named %q is not expected here.%s", name, hclutil.DidYouMean(name, names)),
-				Subject:  attr.NameRange.Ptr(),
+				Subject:  written[name].NameRange.Ptr(),
 			})
-			continue
 		}
-		val, ds := decls[i].decode(attr, env)
-		diags = append(diags, ds...)
-		if decls[i].Kind == KindNone {
-			continue // its block decodes it
-		}
-		v.vals[name] = val
-		v.ok[name] = !ds.HasErrors()
 	}
-	return v, diags
+	return v
+}
+
+func (v *Values) report(diags ...*hcl.Diagnostic) {
+	v.diags = append(v.diags, diags...)
+	if v.env.Report != nil {
+		v.env.Report(diags...)
+	}
+}
+
+// Diagnostics are the mistakes found so far.
+func (v *Values) Diagnostics() hcl.Diagnostics { return v.diags }
+
+// DecodeAll reads every declared attribute, in the order they are written, and returns the
+// mistakes found so far.
+func (v *Values) DecodeAll() hcl.Diagnostics {
+	for _, name := range sortedByPosition(v.written) {
+		v.Get(name)
+	}
+	return v.diags
+}
+
+// Get is an attribute's value: the written one, else its default; nil for one not declared
+// or declared without a Kind.
+func (v *Values) Get(name string) any {
+	if val, done := v.vals[name]; done {
+		return val
+	}
+	a, declared := v.decls[name]
+	if !declared || a.Kind == KindNone {
+		return nil
+	}
+	val := a.defaultIn(v.env)
+	if attr := v.written[name]; attr != nil {
+		var diags hcl.Diagnostics
+		val, diags = a.decode(attr, v.env)
+		v.report(diags...)
+		v.ok[name] = !diags.HasErrors()
+	}
+	v.vals[name] = val
+	return val
 }
 
 // defaultIn is what an unwritten attribute means in env.
@@ -142,36 +180,36 @@ func compareStrings(a, b string) int {
 	return 0
 }
 
-// Get is an attribute's value: the written one, else its default.
-func (v Values) Get(name string) any { return v.vals[name] }
-
 // String is a String or Path attribute's value.
-func (v Values) String(name string) string { s, _ := v.vals[name].(string); return s }
+func (v *Values) String(name string) string { s, _ := v.Get(name).(string); return s }
 
 // Int is an Int attribute's value.
-func (v Values) Int(name string) int { n, _ := v.vals[name].(int); return n }
+func (v *Values) Int(name string) int { n, _ := v.Get(name).(int); return n }
 
 // Bool is a Bool attribute's value.
-func (v Values) Bool(name string) bool { b, _ := v.vals[name].(bool); return b }
+func (v *Values) Bool(name string) bool { b, _ := v.Get(name).(bool); return b }
 
 // Duration is a Duration attribute's value.
-func (v Values) Duration(name string) time.Duration { d, _ := v.vals[name].(time.Duration); return d }
+func (v *Values) Duration(name string) time.Duration { d, _ := v.Get(name).(time.Duration); return d }
 
 // Strings is a Strings attribute's value.
-func (v Values) Strings(name string) []string { s, _ := v.vals[name].([]string); return s }
+func (v *Values) Strings(name string) []string { s, _ := v.Get(name).([]string); return s }
 
 // StringMap is a StringMap attribute's value.
-func (v Values) StringMap(name string) map[string]string {
-	m, _ := v.vals[name].(map[string]string)
+func (v *Values) StringMap(name string) map[string]string {
+	m, _ := v.Get(name).(map[string]string)
 	return m
 }
 
 // Attr is the written attribute, nil when it is not written: for a diagnostic about its value.
-func (v Values) Attr(name string) *hcl.Attribute { return v.written[name] }
+func (v *Values) Attr(name string) *hcl.Attribute { return v.written[name] }
 
 // Written reports whether the attribute is written.
-func (v Values) Written(name string) bool { return v.written[name] != nil }
+func (v *Values) Written(name string) bool { return v.written[name] != nil }
 
 // OK reports whether the attribute is written and decoded without a mistake: a check of what
 // its type cannot say runs only then.
-func (v Values) OK(name string) bool { return v.ok[name] }
+func (v *Values) OK(name string) bool {
+	v.Get(name)
+	return v.ok[name]
+}

@@ -22,7 +22,7 @@ var testDecls = []Attr{
 	StringMap("headers"),
 }
 
-func decodeHCL(t *testing.T, src string) (Values, hcl.Diagnostics) {
+func decodeHCL(t *testing.T, src string) (*Values, hcl.Diagnostics) {
 	t.Helper()
 	f, diags := hclsyntax.ParseConfig([]byte(src), "t.hcl", hcl.InitialPos)
 	if diags.HasErrors() {
@@ -32,7 +32,8 @@ func decodeHCL(t *testing.T, src string) (Values, hcl.Diagnostics) {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	return Decode(attrs, testDecls, Env{Dir: "/cfg", From: map[string]any{FromPipelineName: "orders"}})
+	v := Decode(attrs, testDecls, Env{Dir: "/cfg", From: map[string]any{FromPipelineName: "orders"}})
+	return v, v.DecodeAll()
 }
 
 func TestDecodeDefaults(t *testing.T) {
@@ -144,4 +145,23 @@ func TestDeclarations(t *testing.T) {
 		}
 	}()
 	Count("batch").WithDefault("10")
+}
+
+// A written attribute is decoded when it is read, so its mistake is reported between the
+// reader's own checks, in the order it reads; Report gets each as it is found.
+func TestDecodeReportsInReadOrder(t *testing.T) {
+	f, _ := hclsyntax.ParseConfig([]byte("batch = 0\nblock = \"x\"\n"), "t.hcl", hcl.InitialPos)
+	attrs, _ := f.Body.JustAttributes()
+	var got []string
+	v := Decode(attrs, testDecls, Env{Report: func(ds ...*hcl.Diagnostic) {
+		for _, d := range ds {
+			got = append(got, d.Summary)
+		}
+	}})
+	v.Duration("block")
+	v.Int("batch")
+	v.Int("batch")
+	if strings.Join(got, ",") != "Invalid duration,Invalid value" || len(v.Diagnostics()) != 2 {
+		t.Errorf("reported %v, collected %v", got, v.Diagnostics())
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/flowrun/flowrun/internal/hclutil"
+	"github.com/flowrun/flowrun/schema"
 )
 
 // Block is a source block as config hands it to Config.Decode: what was written, where, and
@@ -83,19 +84,42 @@ func (b *Block) RejectDeadLetterKey(key string) {
 	})
 }
 
-// DecodeReader decodes the attributes of a source that reads in batches, blocking, as a named
-// consumer: "consumer" into consumer (b.Consumer when none is written or `--consumer` overrides
-// it), "batch" into batch and "block" into block, each set to its default first.
-func (b *Block) DecodeReader(consumer *string, batch *int, defBatch int, block *time.Duration, defBlock time.Duration) {
-	a := b.Attrs()
-	a.NonEmpty("consumer", consumer)
-	if *consumer == "" || b.ConsumerOverride {
-		*consumer = b.Consumer
+// Values decodes the source block's written attributes against decls, the kind's declared
+// Attrs: each value is the written one, else its declared default, the context defaults
+// (schema.FromPipelineName, schema.FromHostName) taken from b. A value is decoded when it is
+// first read, and its mistakes are reported to b then.
+func (b *Block) Values(decls []schema.Attr) *schema.Values {
+	var m hcl.Attributes
+	if b.Body != nil {
+		m = b.Body.Attributes
 	}
-	*batch = defBatch
-	a.Count("batch", batch)
-	*block = defBlock
-	a.Duration("block", block)
+	return b.values(m, decls)
+}
+
+// PipelineValues decodes the pipeline attributes of Kind.PipelineAttrs that were written
+// against their declarations, as Values does.
+func (b *Block) PipelineValues(decls []PipelineAttr) *schema.Values {
+	attrs := make([]schema.Attr, len(decls))
+	for i, pa := range decls {
+		attrs[i] = pa.Attr
+	}
+	return b.values(b.Pipeline.Attributes, attrs)
+}
+
+func (b *Block) values(written hcl.Attributes, decls []schema.Attr) *schema.Values {
+	return schema.Decode(written, decls, schema.Env{Ctx: b.EvalContext, Dir: b.Dir, Report: b.Report, From: map[string]any{
+		schema.FromPipelineName: b.Pipeline.Name,
+		schema.FromHostName:     b.Consumer,
+	}})
+}
+
+// ConsumerName is the consumer name of a source that reads as a named consumer: v's
+// "consumer" (the host name by default), unless `--consumer` overrides it.
+func (b *Block) ConsumerName(v *schema.Values) string {
+	if c := v.String("consumer"); c != "" && !b.ConsumerOverride {
+		return c
+	}
+	return b.Consumer
 }
 
 // Attributes are written attributes with typed decoders. Each decoder does nothing when the

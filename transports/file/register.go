@@ -14,16 +14,20 @@ import (
 	"github.com/flowrun/flowrun/transports"
 )
 
+// fileAttrs are the file source block's attributes: what the reference documents and Decode
+// decodes.
+var fileAttrs = []schema.Attr{
+	schema.Path("path").Require().Describe("The stream file of records, relative to the HCL file that declares it."),
+	schema.String("key").NonEmpty().DefaultDoc("every key but the pipeline's `dead_letter`").Describe("Read only the records with this key. It must not be the pipeline's `dead_letter`."),
+	schema.Bool("follow").WithDefault(false).Describe("`false`: stop at the end of the file (a replay; `flowrun run` exits 0 once every record is settled); `true`: wait for records appended to it, as `tail -f`."),
+	schema.Path("checkpoint").Describe("A file, relative to the HCL file, where flowrun stores the byte offset just past the last record whose settlement is final; a restart resumes there, so no settled record is handled again. Without it every run reads the file from the start."),
+}
+
 func init() {
 	transports.Register(transports.Kind{
-		Name:  "file",
-		Order: 60,
-		Attrs: []schema.Attr{
-			{Name: "path", Type: "path", Required: true, Doc: "The stream file of records, relative to the HCL file that declares it."},
-			{Name: "key", Type: "string", Default: "every key but the pipeline's `dead_letter`", Doc: "Read only the records with this key. It must not be the pipeline's `dead_letter`."},
-			{Name: "follow", Type: "bool", Default: schema.Value(false), Doc: "`false`: stop at the end of the file (a replay; `flowrun run` exits 0 once every record is settled); `true`: wait for records appended to it, as `tail -f`."},
-			{Name: "checkpoint", Type: "path", Doc: "A file, relative to the HCL file, where flowrun stores the byte offset just past the last record whose settlement is final; a restart resumes there, so no settled record is handled again. Without it every run reads the file from the start."},
-		},
+		Name:    "file",
+		Order:   60,
+		Attrs:   fileAttrs,
 		Summary: "a file of JSON-lines records, replayed or followed",
 		Doc:     fileDoc,
 		Example: fileExample,
@@ -64,11 +68,11 @@ var (
 
 // Decode reads the source block.
 func (c *Config) Decode(b *transports.Block) {
-	a := b.Attrs()
-	a.Path("path", &c.Path)
-	a.NonEmpty("key", &c.Key)
-	a.Bool("follow", &c.Follow)
-	a.Path("checkpoint", &c.Checkpoint)
+	a := b.Values(fileAttrs)
+	c.Path = a.String("path")
+	c.Key = a.String("key")
+	c.Follow = a.Bool("follow")
+	c.Checkpoint = a.String("checkpoint")
 	c.DeadLetter = b.Pipeline.DeadLetter
 	// The source skips records of the dead-letter key by itself, but not when told to read
 	// exactly that key.

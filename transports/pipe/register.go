@@ -10,21 +10,27 @@ import (
 	"github.com/flowrun/flowrun/transports"
 )
 
+// pipeAttrs and pipePipelineAttrs are the pipe source block's attributes and the pipeline's
+// that only a pipe source takes: what the reference documents and Decode decodes.
+var (
+	pipeAttrs = []schema.Attr{
+		schema.String("key").NonEmpty().DefaultDoc("every key").Describe("Read only the records with this key; others are skipped."),
+	}
+	pipePipelineAttrs = []transports.PipelineAttr{{AppliesTo: "a pipe source", Attr: schema.String("out_retry").NonEmpty().Require().Describe(
+		"The key under which retry copies leave on standard output, for whatever reads flowrun's output to feed back; required for a pipeline with a pipe source.",
+	)}}
+)
+
 func init() {
 	transports.Register(transports.Kind{
-		Name:  "pipe",
-		Order: 70,
-		Attrs: []schema.Attr{
-			{Name: "key", Type: "string", Default: "every key", Doc: "Read only the records with this key; others are skipped."},
-		},
-		PipelineAttrs: []transports.PipelineAttr{{AppliesTo: "a pipe source", Attr: schema.Attr{
-			Name: "out_retry", Type: "string", Required: true,
-			Doc: "The key under which retry copies leave on standard output, for whatever reads flowrun's output to feed back; required for a pipeline with a pipe source.",
-		}}},
-		Summary: "JSON-lines records on standard input, a Unix filter",
-		Doc:     pipeDoc,
-		Example: pipeExample,
-		New:     func() transports.Config { return &Config{} },
+		Name:          "pipe",
+		Order:         70,
+		Attrs:         pipeAttrs,
+		PipelineAttrs: pipePipelineAttrs,
+		Summary:       "JSON-lines records on standard input, a Unix filter",
+		Doc:           pipeDoc,
+		Example:       pipeExample,
+		New:           func() transports.Config { return &Config{} },
 	})
 }
 
@@ -43,13 +49,13 @@ var (
 
 // Decode reads the source block and the pipeline's out_retry, which a pipe source requires.
 func (c *Config) Decode(b *transports.Block) {
-	b.Attrs().NonEmpty("key", &c.Key)
-	p := b.PipelineAttrs()
-	if !p.Has("out_retry") {
+	c.Key = b.Values(pipeAttrs).String("key")
+	p := b.PipelineValues(pipePipelineAttrs)
+	if !p.Written("out_retry") {
 		b.Report(transports.MissingArgument(b.Pipeline.DefRange, "out_retry",
 			"for a pipeline with a pipe source (the key under which retry copies leave on stdout)"))
 	}
-	p.NonEmpty("out_retry", &c.OutRetry)
+	c.OutRetry = p.String("out_retry")
 }
 
 // NaturalKey is the key filter ("" for every key).

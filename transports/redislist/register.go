@@ -19,14 +19,23 @@ import (
 
 // delayAttrs are the stream kinds' delayed_retry and delay_key, which a reliable list takes too.
 var delayAttrs = []transports.PipelineAttr{
-	{AppliesTo: delayAppliesTo, Attr: schema.Attr{
-		Name: "delayed_retry", Type: "string", Default: schema.Value(DelayRuntime),
-		Doc: "Where `retry_after(d)` copies wait: `\"runtime\"` holds the copy in the process and pushes it to the list when due (a crash before then loses it; a clean stop pushes every held copy at once); `\"durable_zset\"` (a reliable list only) adds it to the sorted set `delay_key`, scored by its due time, and removes the element from the processing list in one Lua script, and reads move due copies back onto the list with another (when a copy this process knows of is due, and at least once a second), so a crash loses nothing.",
-	}},
-	{AppliesTo: delayAppliesTo, Attr: schema.Attr{
-		Name: "delay_key", Type: "string", Default: "`\"<key>" + DelayKeySuffix + "\"`",
-		Doc: "The sorted set of `delayed_retry = \"durable_zset\"`; only valid with it. In a Redis Cluster it must hash to `key`'s slot (use a `{hash tag}`).",
-	}},
+	{AppliesTo: delayAppliesTo, Attr: schema.String("delayed_retry").WithDefault(DelayRuntime).Describe(
+		"Where `retry_after(d)` copies wait: `\"runtime\"` holds the copy in the process and pushes it to the list when due (a crash before then loses it; a clean stop pushes every held copy at once); `\"durable_zset\"` (a reliable list only) adds it to the sorted set `delay_key`, scored by its due time, and removes the element from the processing list in one Lua script, and reads move due copies back onto the list with another (when a copy this process knows of is due, and at least once a second), so a crash loses nothing.",
+	)},
+	{AppliesTo: delayAppliesTo, Attr: schema.String("delay_key").NonEmpty().DefaultDoc("`\"<key>" + DelayKeySuffix + "\"`").Describe(
+		"The sorted set of `delayed_retry = \"durable_zset\"`; only valid with it. In a Redis Cluster it must hash to `key`'s slot (use a `{hash tag}`).",
+	)},
+}
+
+// listAttrs are the list source block's attributes: what the reference documents and Decode
+// decodes.
+var listAttrs = []schema.Attr{
+	schema.String("key").NonEmpty().Require().Describe("The list to read."),
+	schema.Bool("reliable").WithDefault(true).Describe("`true`: each element is moved to a processing list as it is read (`BLMOVE`) and removed from it once settled, so a crash loses no element (nor a `retry_after` copy with `delayed_retry = \"durable_zset\"`; see \"What a crash costs\" below); `false`: `BRPOP`, at most once."),
+	schema.String("consumer").NonEmpty().DefaultFrom(schema.FromHostName).Describe("This process's name; it names the default processing list. `flowrun run --consumer` overrides it."),
+	schema.String("processing").NonEmpty().DefaultDoc("`\"<key>:processing:<consumer>\"`").Describe("A reliable list's processing list; only valid with `reliable = true`. Give each process its own. In a Redis Cluster it must hash to `key`'s slot (use a `{hash tag}`)."),
+	schema.Count("batch").WithDefault(DefaultBatch).Describe("Elements taken per read at most."),
+	schema.Duration("block").WithDefault(DefaultBlock).Describe("How long a read blocks waiting for an element."),
 }
 
 // delayAppliesTo is the stream kind's wording (the first kind's is shown), so it is the same.
@@ -36,17 +45,10 @@ var delayModes = []string{DelayRuntime, DelayDurableZSet}
 
 func init() {
 	transports.Register(transports.Kind{
-		Name:  "list",
-		Order: 40,
-		Redis: true,
-		Attrs: []schema.Attr{
-			{Name: "key", Type: "string", Required: true, Doc: "The list to read."},
-			{Name: "reliable", Type: "bool", Default: schema.Value(true), Doc: "`true`: each element is moved to a processing list as it is read (`BLMOVE`) and removed from it once settled, so a crash loses no element (nor a `retry_after` copy with `delayed_retry = \"durable_zset\"`; see \"What a crash costs\" below); `false`: `BRPOP`, at most once."},
-			{Name: "consumer", Type: "string", Default: "the host name", Doc: "This process's name; it names the default processing list. `flowrun run --consumer` overrides it."},
-			{Name: "processing", Type: "string", Default: "`\"<key>:processing:<consumer>\"`", Doc: "A reliable list's processing list; only valid with `reliable = true`. Give each process its own. In a Redis Cluster it must hash to `key`'s slot (use a `{hash tag}`)."},
-			{Name: "batch", Type: "number", Default: schema.Value(DefaultBatch), Doc: "Elements taken per read at most."},
-			{Name: "block", Type: "duration", Default: schema.Value(DefaultBlock), Doc: "How long a read blocks waiting for an element."},
-		},
+		Name:          "list",
+		Order:         40,
+		Redis:         true,
+		Attrs:         listAttrs,
 		Summary:       "a Redis list, reliable (`BLMOVE` to a processing list) or simple (`BRPOP`)",
 		Doc:           listDoc,
 		Example:       listExample,
@@ -84,13 +86,23 @@ var (
 // Decode reads the source block; a reliable list's processing list defaults to
 // "<key>:processing:<consumer>".
 func (c *Config) Decode(b *transports.Block) {
-	a := b.Attrs()
-	b.DecodeReader(&c.Consumer, &c.Batch, DefaultBatch, &c.Block, DefaultBlock)
+	a := b.Values(listAttrs)
+	c.Consumer = b.ConsumerName(a)
+	c.Batch = a.Int("batch")
+	c.Block = a.Duration("block")
 
-	a.NonEmptyAt("key", &c.Key, &c.keyRange)
-	c.Reliable = true
-	a.Bool("reliable", &c.Reliable)
-	p := a.NonEmptyOnly("processing", &c.Processing, c.Reliable, `"processing" is only used by a reliable list (reliable = true).`)
+	c.Key = a.String("key")
+	if a.Written("key") {
+		c.keyRange = a.Attr("key").Expr.Range()
+	}
+	c.Reliable = a.Bool("reliable")
+	p := a.Attr("processing")
+	if p != nil {
+		c.Processing = a.String("processing")
+		if !c.Reliable {
+			b.Report(transports.Unsupported(p, `"processing" is only used by a reliable list (reliable = true).`))
+		}
+	}
 	switch {
 	case p != nil && !c.Reliable:
 		c.Processing = ""
@@ -108,22 +120,24 @@ func (c *Config) Decode(b *transports.Block) {
 // decodeDelay reads the pipeline's delayed_retry and delay_key: durable_zset needs a reliable
 // list, whose processing list is what makes moving the element into the delay queue atomic.
 func (c *Config) decodeDelay(b *transports.Block) {
-	p := b.PipelineAttrs()
+	p := b.PipelineValues(delayAttrs)
 	c.DelayedRetry = DelayRuntime
-	var mode string
-	if p.String("delayed_retry", &mode) {
+	if mode := p.String("delayed_retry"); p.OK("delayed_retry") {
 		switch {
 		case mode != DelayRuntime && mode != DelayDurableZSet:
-			b.Report(transports.InvalidValue(p.Get("delayed_retry"), fmt.Sprintf("%q is not a delayed_retry mode.%s It is %s.",
+			b.Report(transports.InvalidValue(p.Attr("delayed_retry"), fmt.Sprintf("%q is not a delayed_retry mode.%s It is %s.",
 				mode, hclutil.DidYouMean(mode, delayModes), hclutil.QuoteList(delayModes, "or"))))
 		case mode == DelayDurableZSet && !c.Reliable:
-			b.Report(transports.InvalidValue(p.Get("delayed_retry"), `delayed_retry = "durable_zset" needs a reliable list (reliable = true): a simple list has no processing list to move the element out of atomically.`))
+			b.Report(transports.InvalidValue(p.Attr("delayed_retry"), `delayed_retry = "durable_zset" needs a reliable list (reliable = true): a simple list has no processing list to move the element out of atomically.`))
 		default:
 			c.DelayedRetry = mode
 		}
 	}
-	if dk := p.NonEmptyOnly("delay_key", &c.DelayKey, c.DelayedRetry == DelayDurableZSet,
-		`"delay_key" is only used with delayed_retry = "durable_zset".`); dk != nil {
+	if dk := p.Attr("delay_key"); dk != nil {
+		c.DelayKey = p.String("delay_key")
+		if c.DelayedRetry != DelayDurableZSet {
+			b.Report(transports.Unsupported(dk, `"delay_key" is only used with delayed_retry = "durable_zset".`))
+		}
 		c.delayKeyRange = dk.Expr.Range().Ptr()
 		if c.DelayKey == c.Key || c.DelayKey == c.Processing {
 			b.Report(transports.InvalidValue(dk, `"delay_key" must differ from the list and its processing list.`))

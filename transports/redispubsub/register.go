@@ -22,23 +22,29 @@ import (
 	"github.com/flowrun/flowrun/transports/streamdlq"
 )
 
+// pubsubAttrs and pubsubPipelineAttrs are the pubsub source block's attributes and the
+// pipeline's that only a pubsub source takes: what the reference documents and Decode decodes.
+var (
+	pubsubAttrs = []schema.Attr{
+		schema.Strings("channels").Describe("The channels to `SUBSCRIBE` to. A pubsub source takes `channels` or `patterns`, exactly one of them."),
+		schema.Strings("patterns").Describe("The glob-style patterns to `PSUBSCRIBE` to (`\"orders.*\"`), instead of `channels`."),
+	}
+	pubsubPipelineAttrs = []transports.PipelineAttr{{AppliesTo: `a pubsub source with "patterns"`, Attr: schema.String("retry_to").NonEmpty().Describe(
+		"The channel retry copies are published to, for a source with `patterns` (a copy cannot go back to a pattern); required there when the pipeline can retry. A source with `channels` publishes copies back to the channel they came from.",
+	)}}
+)
+
 func init() {
 	transports.Register(transports.Kind{
-		Name:  "pubsub",
-		Order: 50,
-		Redis: true,
-		Attrs: []schema.Attr{
-			{Name: "channels", Type: "list of strings", Doc: "The channels to `SUBSCRIBE` to. A pubsub source takes `channels` or `patterns`, exactly one of them."},
-			{Name: "patterns", Type: "list of strings", Doc: "The glob-style patterns to `PSUBSCRIBE` to (`\"orders.*\"`), instead of `channels`."},
-		},
-		PipelineAttrs: []transports.PipelineAttr{{AppliesTo: `a pubsub source with "patterns"`, Attr: schema.Attr{
-			Name: "retry_to", Type: "string",
-			Doc: "The channel retry copies are published to, for a source with `patterns` (a copy cannot go back to a pattern); required there when the pipeline can retry. A source with `channels` publishes copies back to the channel they came from.",
-		}}},
-		Summary: "Redis Pub/Sub channels or patterns (at most once)",
-		Doc:     pubsubDoc,
-		Example: pubsubExample,
-		New:     func() transports.Config { return &Config{} },
+		Name:          "pubsub",
+		Order:         50,
+		Redis:         true,
+		Attrs:         pubsubAttrs,
+		PipelineAttrs: pubsubPipelineAttrs,
+		Summary:       "Redis Pub/Sub channels or patterns (at most once)",
+		Doc:           pubsubDoc,
+		Example:       pubsubExample,
+		New:           func() transports.Config { return &Config{} },
 	})
 	transports.RegisterEmit(transports.EmitKind{
 		Name:  "pubsub",
@@ -65,8 +71,8 @@ var (
 // Decode reads the source block (channels or patterns) and the pipeline's retry_to, required
 // with patterns when the pipeline can retry.
 func (c *Config) Decode(b *transports.Block) {
-	a, p := b.Attrs(), b.PipelineAttrs()
-	ch, pa := a.Get("channels"), a.Get("patterns")
+	a, p := b.Values(pubsubAttrs), b.PipelineValues(pubsubPipelineAttrs)
+	ch, pa := a.Attr("channels"), a.Attr("patterns")
 	switch {
 	case ch != nil && pa != nil:
 		second := pa
@@ -87,12 +93,17 @@ func (c *Config) Decode(b *transports.Block) {
 			Subject:  b.DefRange.Ptr(),
 		})
 	}
-	a.Strings("channels", &c.Channels)
-	a.Strings("patterns", &c.Patterns)
+	c.Channels = a.Strings("channels")
+	c.Patterns = a.Strings("patterns")
 
 	patterns := len(c.Patterns) > 0
-	r := p.NonEmptyOnly("retry_to", &c.RetryTo, patterns,
-		`"retry_to" only applies to a pubsub source with "patterns"; this pubsub source reads channels, and copies go back to the channel they came from.`)
+	r := p.Attr("retry_to")
+	if r != nil {
+		c.RetryTo = p.String("retry_to")
+		if !patterns {
+			b.Report(transports.Unsupported(r, `"retry_to" only applies to a pubsub source with "patterns"; this pubsub source reads channels, and copies go back to the channel they came from.`))
+		}
+	}
 	if r == nil && patterns && b.Pipeline.CanRetry {
 		b.Report(transports.MissingArgument(b.Pipeline.DefRange, "retry_to",
 			"for a pipeline that reads pubsub patterns and can retry (the channel retry copies are published to)"))

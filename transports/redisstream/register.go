@@ -19,41 +19,47 @@ import (
 	"github.com/flowrun/flowrun/transports/streamdlq"
 )
 
-func init() {
-	delay := []transports.PipelineAttr{
-		{AppliesTo: "stream sources (stream, claiming and reclaim) and reliable list sources", Attr: schema.Attr{
-			Name: "delayed_retry", Type: "string", Default: schema.Value(DelayRuntime),
-			Doc: "Where `retry_after(d)` copies wait: `\"runtime\"` holds the copy in the process and writes it to the stream when due (a crash before then loses it; a clean stop writes every held copy at once); `\"durable_zset\"` adds it to the sorted set `delay_key`, scored by its due time, and every read first moves due copies back onto the stream with one Lua script.",
-		}},
-		{AppliesTo: "stream sources (stream, claiming and reclaim) and reliable list sources", Attr: schema.Attr{
-			Name: "delay_key", Type: "string", Default: "`\"<stream>" + DelayKeySuffix + "\"`",
-			Doc: "The sorted set of `delayed_retry = \"durable_zset\"`; only valid with it. In a Redis Cluster it must hash to the stream's slot (use a `{hash tag}`).",
-		}},
+// delayAttrs are the pipeline attributes of every stream kind (a reliable list declares the same).
+var delayAttrs = []transports.PipelineAttr{
+	{AppliesTo: "stream sources (stream, claiming and reclaim) and reliable list sources", Attr: schema.String("delayed_retry").WithDefault(DelayRuntime).Describe(
+		"Where `retry_after(d)` copies wait: `\"runtime\"` holds the copy in the process and writes it to the stream when due (a crash before then loses it; a clean stop writes every held copy at once); `\"durable_zset\"` adds it to the sorted set `delay_key`, scored by its due time, and every read first moves due copies back onto the stream with one Lua script.",
+	)},
+	{AppliesTo: "stream sources (stream, claiming and reclaim) and reliable list sources", Attr: schema.String("delay_key").NonEmpty().DefaultDoc("`\"<stream>" + DelayKeySuffix + "\"`").Describe(
+		"The sorted set of `delayed_retry = \"durable_zset\"`; only valid with it. In a Redis Cluster it must hash to the stream's slot (use a `{hash tag}`).",
+	)},
+}
+
+// kindAttrs are the source block's attributes of a stream, claiming or reclaim kind: what the
+// reference documents and Decode decodes.
+func kindAttrs(kind string) []schema.Attr {
+	attrs := []schema.Attr{
+		schema.String("stream").NonEmpty().Require().Describe("The stream to read."),
+		schema.String("group").NonEmpty().DefaultFrom(schema.FromPipelineName).Describe("The consumer group; created at start (`XGROUP CREATE … MKSTREAM`) when missing."),
+		schema.String("consumer").NonEmpty().DefaultFrom(schema.FromHostName).Describe("This process's consumer name in the group; `flowrun run --consumer` overrides it."),
+		schema.String("start").WithDefault(DefaultStart).Describe("Where a group that does not exist yet starts: `\"0\"`, the whole backlog, or `\"$\"`, only entries added from now on."),
+		schema.Count("batch").WithDefault(DefaultBatch).Describe("Entries asked for per read (`COUNT`); reads never run more than one batch ahead of free handler slots."),
+		schema.Duration("block").WithDefault(DefaultBlock).Describe("How long a read blocks waiting for new entries (`BLOCK`)."),
+		schema.String("trim").Describe("`\"acked\"`: every 10 s, trim (`XTRIM MINID`) the entries every consumer group of the stream has read and acknowledged. Off when not set."),
+		schema.Duration("consumer_ttl").Describe("Delete consumers of the group that have been idle this long and own no pending entries (e.g. `\"24h\"`). Off when not set."),
 	}
+	if kind != KindStream {
+		attrs = append(attrs, schema.Duration("min_idle").Require().
+			Describe("How long an entry must sit pending before this consumer takes it over from another (or from a crashed one)."))
+	}
+	return attrs
+}
+
+func init() {
 	for i, kind := range []string{KindStream, KindClaiming, KindReclaim} {
-		attrs := []schema.Attr{
-			{Name: "stream", Type: "string", Required: true, Doc: "The stream to read."},
-			{Name: "group", Type: "string", Default: "the pipeline's name", Doc: "The consumer group; created at start (`XGROUP CREATE … MKSTREAM`) when missing."},
-			{Name: "consumer", Type: "string", Default: "the host name", Doc: "This process's consumer name in the group; `flowrun run --consumer` overrides it."},
-			{Name: "start", Type: "string", Default: schema.Value(DefaultStart), Doc: "Where a group that does not exist yet starts: `\"0\"`, the whole backlog, or `\"$\"`, only entries added from now on."},
-			{Name: "batch", Type: "number", Default: schema.Value(DefaultBatch), Doc: "Entries asked for per read (`COUNT`); reads never run more than one batch ahead of free handler slots."},
-			{Name: "block", Type: "duration", Default: schema.Value(DefaultBlock), Doc: "How long a read blocks waiting for new entries (`BLOCK`)."},
-			{Name: "trim", Type: "string", Doc: "`\"acked\"`: every 10 s, trim (`XTRIM MINID`) the entries every consumer group of the stream has read and acknowledged. Off when not set."},
-			{Name: "consumer_ttl", Type: "duration", Doc: "Delete consumers of the group that have been idle this long and own no pending entries (e.g. `\"24h\"`). Off when not set."},
-		}
-		if kind != KindStream {
-			attrs = append(attrs, schema.Attr{Name: "min_idle", Type: "duration", Required: true,
-				Doc: "How long an entry must sit pending before this consumer takes it over from another (or from a crashed one)."})
-		}
 		transports.Register(transports.Kind{
 			Name:          kind,
 			Order:         10 * (i + 1),
 			Redis:         true,
-			Attrs:         attrs,
+			Attrs:         kindAttrs(kind),
 			Summary:       kindSummary[kind],
 			Doc:           kindDoc[kind],
 			Example:       kindExample[kind],
-			PipelineAttrs: delay,
+			PipelineAttrs: delayAttrs,
 			New:           func() transports.Config { return &Config{Options: Options{Kind: kind}} },
 		})
 	}
@@ -88,36 +94,41 @@ var delayModes = []string{DelayRuntime, DelayDurableZSet}
 
 // Decode reads the source block and the pipeline's delayed_retry and delay_key.
 func (c *Config) Decode(b *transports.Block) {
-	a, p := b.Attrs(), b.PipelineAttrs()
-	b.DecodeReader(&c.Consumer, &c.Batch, DefaultBatch, &c.Block, DefaultBlock)
+	a, p := b.Values(kindAttrs(c.Kind)), b.PipelineValues(delayAttrs)
+	c.Consumer = b.ConsumerName(a)
+	c.Batch = a.Int("batch")
+	c.Block = a.Duration("block")
 
-	a.NonEmptyAt("stream", &c.Stream, &c.streamRange)
-	c.Group = b.Pipeline.Name
-	a.NonEmpty("group", &c.Group)
-	c.Start = DefaultStart
-	if a.String("start", &c.Start) && c.Start != "0" && c.Start != "$" {
-		b.Report(transports.InvalidValue(a.Get("start"), `"start" must be "0" (the whole backlog) or "$" (only new entries).`))
+	c.Stream = a.String("stream")
+	if a.Written("stream") {
+		c.streamRange = a.Attr("stream").Expr.Range()
+	}
+	c.Group = a.String("group")
+	if c.Start = a.String("start"); a.OK("start") && c.Start != "0" && c.Start != "$" {
+		b.Report(transports.InvalidValue(a.Attr("start"), `"start" must be "0" (the whole backlog) or "$" (only new entries).`))
 	}
 	if c.Kind != KindStream {
-		a.Duration("min_idle", &c.MinIdle)
+		c.MinIdle = a.Duration("min_idle")
 	}
-	if a.String("trim", &c.Trim) && c.Trim != TrimAcked {
-		b.Report(transports.InvalidValue(a.Get("trim"), `"trim" takes "acked": trim what every group of the stream has read and acknowledged.`))
+	if c.Trim = a.String("trim"); a.OK("trim") && c.Trim != TrimAcked {
+		b.Report(transports.InvalidValue(a.Attr("trim"), `"trim" takes "acked": trim what every group of the stream has read and acknowledged.`))
 	}
-	a.Duration("consumer_ttl", &c.ConsumerTTL)
+	c.ConsumerTTL = a.Duration("consumer_ttl")
 
 	c.DelayedRetry = DelayRuntime
-	var mode string
-	if p.String("delayed_retry", &mode) {
+	if mode := p.String("delayed_retry"); p.OK("delayed_retry") {
 		if mode != DelayRuntime && mode != DelayDurableZSet {
-			b.Report(transports.InvalidValue(p.Get("delayed_retry"), fmt.Sprintf("%q is not a delayed_retry mode.%s It is %s.",
+			b.Report(transports.InvalidValue(p.Attr("delayed_retry"), fmt.Sprintf("%q is not a delayed_retry mode.%s It is %s.",
 				mode, hclutil.DidYouMean(mode, delayModes), hclutil.QuoteList(delayModes, "or"))))
 		} else {
 			c.DelayedRetry = mode
 		}
 	}
-	if dk := p.NonEmptyOnly("delay_key", &c.DelayKey, c.DelayedRetry == DelayDurableZSet,
-		`"delay_key" is only used with delayed_retry = "durable_zset".`); dk != nil {
+	if dk := p.Attr("delay_key"); dk != nil {
+		c.DelayKey = p.String("delay_key")
+		if c.DelayedRetry != DelayDurableZSet {
+			b.Report(transports.Unsupported(dk, `"delay_key" is only used with delayed_retry = "durable_zset".`))
+		}
 		c.delayKeyRange = dk.Expr.Range().Ptr()
 	}
 	if c.DelayedRetry == DelayDurableZSet && c.DelayKey == "" && c.Stream != "" {
