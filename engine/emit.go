@@ -119,7 +119,7 @@ func (s *settler) refusedWrite(d *Decision, f Fault) {
 		ev = s.r.log.Error()
 	}
 	ev = ev.Err(f.Err).Str("command", f.Command).Str(FieldKey, f.Key).Str("reason", f.Reason).Int("suppressed", suppressed)
-	s.delivery(ev, *d).Msg("emit refused: the delivery is retried; like refusals are logged once per interval and counted in flowrun_settle_failures_total")
+	withDelivery(ev, d.Settlement.Delivery).Str("action", d.Settlement.Action.String()).Msg("emit refused: the delivery is retried; like refusals are logged once per interval and counted in flowrun_settle_failures_total")
 }
 
 // refusedInterval is how often a refused write of one command, key and reason is logged: the

@@ -69,8 +69,8 @@ func TestChooseAdmits(t *testing.T) {
 func TestFlowRequest(t *testing.T) {
 	now := time.Now()
 	done, failed, waiting := &Delivery{}, &Delivery{}, &Delivery{}
-	fs := &flowStage{
-		r: &runner{p: &Pipeline{Concurrency: 2}}, f: &Flow{Dedupe: &Dedupe{Window: time.Minute}}, lease: time.Second,
+	fs := &flowState{
+		conc: 2, f: &Flow{Dedupe: &Dedupe{Window: time.Minute}}, lease: time.Second,
 		running: map[*Delivery]*flowTicket{
 			done:   {lease: FlowLease{Token: "1", Dedupe: "d:a"}},
 			failed: {lease: FlowLease{Token: "2", Dedupe: "d:b"}},

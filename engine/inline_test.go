@@ -194,7 +194,8 @@ type inlineHandler struct {
 func (h inlineHandler) Inline() bool { return h.inline }
 
 // An Inliner handler runs on the source's goroutine when the workers are idle; any other
-// handler, and any handler under flow control, runs on a worker.
+// handler runs on a worker. (Under flow control, TestRunInlineWithFlowControl: here the flow
+// key cannot be computed, so no handler runs at all.)
 func TestRunInlineHandler(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -207,31 +208,39 @@ func TestRunInlineHandler(t *testing.T) {
 		{"flow control", true, &Flow{Concurrency: &ConcurrencyKey{Key: headerKey("k"), Limit: 1}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src := &idSource{fakeSource: fakeSource{caps: Capabilities{Ack: true}, deliveries: deliveries(20)}, settled: make(chan struct{}, 20)}
-			var onSource, elsewhere atomic.Int32
-			h := inlineHandler{inline: tc.inline, HandlerFunc: func(context.Context, *Delivery) Result {
-				if goroutineID() == src.id {
-					onSource.Add(1)
-				} else {
-					elsewhere.Add(1)
-				}
-				return Result{Outcome: Ack()}
-			}}
-			p := &Pipeline{Name: "p", Source: src, Handler: h, Concurrency: 2, ShutdownTimeout: 5 * time.Second, Flow: tc.flow, Logger: zerolog.Nop()}
-			if err := run(t, context.Background(), Options{}, p); err != nil {
-				t.Fatal(err)
+			onSource, elsewhere := runOnSource(t, deliveries(20), tc.inline, tc.flow)
+			if tc.wantSource && (onSource != 20 || elsewhere != 0) {
+				t.Fatalf("%d of 20 ran on the source's goroutine, want all", onSource)
 			}
-			if settled, _, _ := src.snapshot(); len(settled) != 20 {
-				t.Fatalf("settled %d, want 20", len(settled))
-			}
-			if tc.wantSource && (onSource.Load() != 20 || elsewhere.Load() != 0) {
-				t.Fatalf("%d of 20 ran on the source's goroutine, want all", onSource.Load())
-			}
-			if !tc.wantSource && onSource.Load() != 0 {
-				t.Fatalf("%d ran on the source's goroutine, want none", onSource.Load())
+			if !tc.wantSource && onSource != 0 {
+				t.Fatalf("%d ran on the source's goroutine, want none", onSource)
 			}
 		})
 	}
+}
+
+// runOnSource runs ds through an idSource, one push at a time, and counts the handlers that ran
+// on the source's goroutine and elsewhere; every delivery must be settled.
+func runOnSource(t *testing.T, ds []*Delivery, inline bool, flow *Flow) (onSource, elsewhere int32) {
+	t.Helper()
+	src := &idSource{fakeSource: fakeSource{caps: Capabilities{Ack: true}, deliveries: ds}, settled: make(chan struct{}, len(ds))}
+	var on, off atomic.Int32
+	h := inlineHandler{inline: inline, HandlerFunc: func(context.Context, *Delivery) Result {
+		if goroutineID() == src.id {
+			on.Add(1)
+		} else {
+			off.Add(1)
+		}
+		return Result{Outcome: Ack()}
+	}}
+	p := &Pipeline{Name: "p", Source: src, Handler: h, Concurrency: 2, ShutdownTimeout: 5 * time.Second, Flow: flow, Logger: zerolog.Nop()}
+	if err := run(t, context.Background(), Options{}, p); err != nil {
+		t.Fatal(err)
+	}
+	if settled, _, _ := src.snapshot(); len(settled) != len(ds) {
+		t.Fatalf("settled %d, want %d", len(settled), len(ds))
+	}
+	return on.Load(), off.Load()
 }
 
 // mixedSource pushes 6 deliveries (more than run inline), then 1, and so on, without waiting:
@@ -323,5 +332,29 @@ func TestInlinePushDecidedBeforeSettled(t *testing.T) {
 	}
 	if early.Load() != 0 {
 		t.Fatalf("%d handlers ran after a settlement of their own push, want none", early.Load())
+	}
+}
+
+// Flow control admits in the queue, so inline handling stays on with it: while every worker
+// waits, a push's round goes out from the source's goroutine and its admitted deliveries run
+// there, whatever the flow block; each key's rules still hold.
+func TestRunInlineWithFlowControl(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		flow *Flow
+	}{
+		{"concurrency_key", &Flow{Concurrency: &ConcurrencyKey{Key: headerKey("k"), Limit: 1}}},
+		{"throttle", &Flow{Throttle: &Throttle{Key: headerKey("k"), Limit: 1000, Period: time.Second}}},
+		{"dedupe", &Flow{Dedupe: &Dedupe{Key: headerKey("k"), Window: time.Hour}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ds := deliveries(20)
+			for _, d := range ds {
+				d.Headers["k"] = d.ID // one key each: nothing waits for another
+			}
+			if onSource, elsewhere := runOnSource(t, ds, true, tc.flow); onSource != 20 || elsewhere != 0 {
+				t.Fatalf("%d of 20 ran on the source's goroutine (%d elsewhere), want all", onSource, elsewhere)
+			}
+		})
 	}
 }

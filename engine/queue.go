@@ -28,6 +28,9 @@ type Feed interface {
 // Queue is the engine's Feed: it holds up to limit deliveries that no worker has taken yet, and
 // a worker takes the next one under a lock, with no channel operation per message. A source
 // pushes straight into it, so a delivery goes from the source's read to a worker in one hop.
+// Under flow control (SPEC §13) a pushed delivery is admitted first: it waits in the queue,
+// parked by its flowGate, until its keys or its throttle let it start, and workers take only
+// admitted deliveries.
 type Queue struct {
 	limit int
 
@@ -40,9 +43,12 @@ type Queue struct {
 	closed  bool
 	// want is the room a waiting RoomFor asks for (0: none waits), so take wakes it just then.
 	want int
-	// held counts deliveries taken with TakeHeld and not yet let go (Unhold): a flow-control
-	// stage's waiting deliveries still count against the limit, so reading does not run ahead.
+	// held counts the deliveries parked by flow, waiting for their admission: they count
+	// against the limit, so reading does not run ahead.
 	held int
+	// flow, when set (newFlowGate), is the admission step: items holds only admitted
+	// deliveries.
+	flow *flowGate
 
 	// inline, when set (SetInline), runs the handlers of a push's first deliveries on the
 	// goroutine that pushes them, while all of workers wait for deliveries; it returns how many
@@ -63,7 +69,7 @@ func NewQueue(limit int) *Queue {
 
 func (q *Queue) len() int { return len(q.items) - q.head }
 
-// used is what counts against the limit: queued plus held.
+// used is what counts against the limit: queued plus parked.
 func (q *Queue) used() int { return q.len() + q.held }
 
 // Room implements Feed.
@@ -112,6 +118,9 @@ func (q *Queue) Push(ctx context.Context, ds []*Delivery) bool {
 	if ctx.Err() != nil {
 		return false
 	}
+	if q.flow != nil {
+		return q.flow.push(ctx, ds)
+	}
 	if ds = q.runInline(ds); len(ds) == 0 {
 		return true
 	}
@@ -143,6 +152,14 @@ func (q *Queue) runInline(ds []*Delivery) []*Delivery {
 func (q *Queue) push(ctx context.Context, ds []*Delivery) (woke, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if !q.waitRoomLocked(ctx) {
+		return false, false
+	}
+	return q.admitLocked(ds), true
+}
+
+// waitRoomLocked waits until at least one place is free; false, once ctx has ended.
+func (q *Queue) waitRoomLocked(ctx context.Context) bool {
 	if q.used() >= q.limit {
 		stop := context.AfterFunc(ctx, func() {
 			q.mu.Lock()
@@ -152,13 +169,22 @@ func (q *Queue) push(ctx context.Context, ds []*Delivery) (woke, ok bool) {
 		defer stop()
 		for q.used() >= q.limit {
 			if ctx.Err() != nil {
-				return false, false
+				return false
 			}
 			q.room.Wait()
 		}
 	}
-	if ctx.Err() != nil {
-		return false, false
+	return ctx.Err() == nil
+}
+
+// admitLocked queues ds for the workers (under flow control, deliveries it admitted: they
+// stop counting as parked) and wakes as many waiting workers; woke reports whether it woke one.
+func (q *Queue) admitLocked(ds []*Delivery) (woke bool) {
+	if len(ds) == 0 {
+		return false
+	}
+	if q.flow != nil {
+		q.held -= len(ds)
 	}
 	if q.head > 0 && q.head == len(q.items) {
 		q.items, q.head = q.items[:0], 0
@@ -168,75 +194,57 @@ func (q *Queue) push(ctx context.Context, ds []*Delivery) (woke, ok bool) {
 	for range n {
 		q.ready.Signal()
 	}
-	return n > 0, true
+	return n > 0
 }
 
-// Take returns the next delivery, waiting for one; false once the queue is closed and empty.
-func (q *Queue) Take() (*Delivery, bool) { return q.take(false) }
-
-// TakeHeld is Take for a stage between the queue and the workers: the delivery goes on
-// counting against the limit until Unhold.
-func (q *Queue) TakeHeld() (*Delivery, bool) { return q.take(true) }
-
-// TakeHeldAll is TakeHeld for everything queued (at least one, waiting for it), so that a
-// stage sees a source's whole push at once; nil once the queue is closed and empty.
-func (q *Queue) TakeHeldAll() []*Delivery {
+// Take returns the next delivery, waiting for one; false once the queue is closed and empty
+// (under flow control: and nothing waits for an admission, or the grace period is over).
+func (q *Queue) Take() (*Delivery, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for q.len() == 0 {
-		if q.closed {
-			return nil
+	for {
+		for q.len() == 0 {
+			if q.closed && q.flow == nil || q.flow != nil && q.flow.workersDoneLocked() {
+				return nil, false
+			}
+			q.waiting++
+			q.ready.Wait()
+			q.waiting--
 		}
-		q.waiting++
-		q.ready.Wait()
-		q.waiting--
+		d := q.items[q.head]
+		q.items[q.head] = nil
+		q.head++
+		if q.head == len(q.items) {
+			q.items, q.head = q.items[:0], 0
+		}
+		if q.flow != nil && q.flow.lateLocked(d) {
+			continue
+		}
+		// Wake a waiting source only where its wait can end: Push waits for one free place,
+		// RoomFor for what it asked.
+		if free := q.limit - q.used(); free == 1 || free == q.want {
+			q.room.Broadcast()
+		}
+		return d, true
 	}
-	ds := make([]*Delivery, q.len())
-	copy(ds, q.items[q.head:])
-	clear(q.items[q.head:])
-	q.items, q.head = q.items[:0], 0
-	q.held += len(ds)
-	return ds
 }
 
-// Unhold lets go of n deliveries taken with TakeHeld.
+// Unhold lets go of n parked deliveries that were decided without being admitted.
 func (q *Queue) Unhold(n int) {
 	if n <= 0 {
 		return
 	}
 	q.mu.Lock()
-	q.held = max(q.held-n, 0)
-	q.room.Broadcast()
+	q.unholdLocked(n)
 	q.mu.Unlock()
 }
 
-func (q *Queue) take(hold bool) (*Delivery, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for q.len() == 0 {
-		if q.closed {
-			return nil, false
-		}
-		q.waiting++
-		q.ready.Wait()
-		q.waiting--
+func (q *Queue) unholdLocked(n int) {
+	if n <= 0 {
+		return
 	}
-	d := q.items[q.head]
-	q.items[q.head] = nil
-	q.head++
-	if q.head == len(q.items) {
-		q.items, q.head = q.items[:0], 0
-	}
-	if hold {
-		q.held++
-		return d, true
-	}
-	// Wake a waiting source only where its wait can end: Push waits for one free place,
-	// RoomFor for what it asked.
-	if free := q.limit - q.used(); free == 1 || free == q.want {
-		q.room.Broadcast()
-	}
-	return d, true
+	q.held = max(q.held-n, 0)
+	q.room.Broadcast()
 }
 
 // Close ends the feed: workers take what is left, then stop.
@@ -246,6 +254,9 @@ func (q *Queue) Close() {
 	q.closed = true
 	q.ready.Broadcast()
 	q.room.Broadcast()
+	if q.flow != nil {
+		q.flow.kickLocked()
+	}
 }
 
 var _ Feed = (*Queue)(nil)

@@ -312,59 +312,22 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 		h.SetErrorHook(r.metrics.SourceError)
 	}
 
-	// grace ends shutdown_timeout after the stop, never before: handlers and settlements use it.
-	grace, endGrace := context.WithCancel(context.WithoutCancel(stop))
+	grace, endGrace := graceAfter(stop, p.ShutdownTimeout)
 	defer endGrace()
-	go func() {
-		select {
-		case <-stop.Done():
-			t := time.NewTimer(p.ShutdownTimeout)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				endGrace()
-			case <-grace.Done():
-			}
-		case <-grace.Done():
-		}
-	}()
 
 	q := NewQueue(caps.Batch)
 	// Decided deliveries queue for the settler while it is busy with a round trip, so the next
 	// settle takes them all in one batch: one XACK for many ids, not one per message.
 	settleMax := settleBatch(caps.Batch)
 	decisions := make(chan Decision, settleMax)
-	gate := r.gate
 	returner, _ := p.Source.(Returner)
-	take, finished := q.Take, func(_ *Delivery, dec Decision) { decisions <- dec }
-	decide := func(d *Delivery) Decision {
-		r.tally.read.Add(1)
-		dec := r.handle(grace, d)
-		if dec.Hold != nil {
-			gate.add(1)
-		}
-		return dec
+	w := &workers{r: r, q: q, in: plainIntake(decisions), gate: r.gate, returner: returner, stop: stop, grace: grace}
+	if p.Flow != nil {
+		// Flow control admits deliveries in the queue, and releases their leases (flow.go).
+		w.in = newFlowGate(r, p.Flow, q, returner, decisions, stop, grace)
 	}
-	work := func(d *Delivery) { finished(d, decide(d)) }
-	if in, ok := p.Handler.(Inliner); ok && in.Inline() && p.Flow == nil {
-		// The push's decisions go to the settler once all of them are made, so that it wakes
-		// once and settles them in one round trip (one XACK, one write of their records): sent
-		// one by one, the first woke it and went alone, the rest in a round trip of their own.
-		var decs []Decision // only the source's goroutine runs this
-		q.SetInline(p.Concurrency, func(ds []*Delivery) int {
-			decs = decs[:0]
-			for _, d := range ds {
-				if gate.full() != nil || stop.Err() != nil {
-					break // a worker waits for room, or hands it back
-				}
-				decs = append(decs, decide(d))
-			}
-			for i := range decs {
-				decisions <- decs[i]
-				decs[i] = Decision{} // the slice outlives the push: keep no message alive
-			}
-			return len(decs)
-		})
+	if in, ok := p.Handler.(Inliner); ok && in.Inline() {
+		q.SetInline(p.Concurrency, w.inline)
 	}
 
 	received := make(chan error, 1)
@@ -374,55 +337,14 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 		received <- err
 	}()
 
-	s := newSettler(r, stop, grace, gate, settleMax)
+	s := newSettler(r, stop, grace, r.gate, settleMax)
 	settled := make(chan struct{})
 	go func() {
 		s.run(decisions)
 		close(settled)
 	}()
 
-	var flow *flowStage
-	if p.Flow != nil {
-		// Flow control admits deliveries to the workers without holding a slot (flow.go).
-		flow = newFlowStage(r, p.Flow, q, returner, decisions)
-		flow.start(stop, grace)
-		take, finished = flow.take, flow.done
-	}
-	var workers sync.WaitGroup
-	for i := 0; i < p.Concurrency; i++ {
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			for {
-				// At max_held, take nothing new until copies come due (reading pauses); a stop
-				// ends the wait, since held copies are all written then.
-				if full := gate.full(); full != nil {
-					select {
-					case <-full:
-					case <-stop.Done():
-					}
-				}
-				d, ok := take()
-				if !ok {
-					return
-				}
-				if stop.Err() != nil && returner != nil {
-					// Handed over but not started when the stop came: the source takes it
-					// back (pending, or back in its list) rather than have it run now.
-					returner.Return([]*Delivery{d})
-					if flow != nil {
-						flow.returned(d)
-					}
-					continue
-				}
-				work(d)
-			}
-		}()
-	}
-	workers.Wait()
-	if flow != nil {
-		flow.finish()
-	}
+	w.run(p.Concurrency)
 	close(decisions)
 	<-settled
 
@@ -438,6 +360,26 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 	}
 	r.log.Info().Msg("pipeline stopped")
 	return nil
+}
+
+// graceAfter returns a context that ends shutdown_timeout after stop, never before: handlers
+// and settlements use it.
+func graceAfter(stop context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	grace, endGrace := context.WithCancel(context.WithoutCancel(stop))
+	go func() {
+		select {
+		case <-stop.Done():
+			t := time.NewTimer(timeout)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				endGrace()
+			case <-grace.Done():
+			}
+		case <-grace.Done():
+		}
+	}()
+	return grace, endGrace
 }
 
 // handle runs the handler for one delivery and decides its settlement. With a tracer, the

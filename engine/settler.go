@@ -393,37 +393,55 @@ func (s *settler) noteFailing(f Fault, what string) {
 
 // logPermanent logs a permanent fault at error once per command, key and reason.
 func (s *settler) logPermanent(d Decision, f Fault) {
-	if first, _ := s.r.permanent.Note(faultKey{f.Command, f.Key, f.Reason}, time.Now()); !first {
-		s.r.log.Debug().Err(f).Str(FieldID, d.Settlement.Delivery.ID).Msg("settlement failed permanently")
+	ev, first := s.r.permanentEvent(f, d.Settlement.Delivery)
+	if !first {
+		ev.Str("action", d.Settlement.Action.String()).Msg("settlement failed permanently")
 		return
 	}
-	ev := s.r.log.Error().Err(f.Err).Str("command", f.Command).Str(FieldKey, f.Key).Str("reason", f.Reason)
-	s.delivery(ev, d).Msg("settlement failed permanently: delivery left unsettled, it comes back by its source's rules; the rest of the pipeline goes on")
+	ev.Str("action", d.Settlement.Action.String()).
+		Msg("settlement failed permanently: delivery left unsettled, it comes back by its source's rules; the rest of the pipeline goes on")
 }
 
-func (s *settler) delivery(ev *zerolog.Event, d Decision) *zerolog.Event {
-	if del := d.Settlement.Delivery; del != nil {
-		ev = ev.Str("source_key", del.Key)
-		if del.ID != "" {
-			ev = ev.Str(FieldID, del.ID)
-		}
-	}
-	return ev.Str("action", d.Settlement.Action.String())
-}
-
-// abandon gives up on a decision: the source forgets it (so its own rules bring it back) and its
-// held copy, if any, is never written.
+// abandon gives up on a decision, logging msg at error unless it is "" (runner.leaveUnsettled).
 func (s *settler) abandon(d Decision, msg string) {
 	if msg != "" {
-		s.delivery(s.r.log.Error(), d).Msg(msg)
+		withDelivery(s.r.log.Error(), d.Settlement.Delivery).Str("action", d.Settlement.Action.String()).Msg(msg)
 	}
+	s.r.leaveUnsettled(d)
+}
+
+// permanentEvent is the event that logs a permanent fault of a settlement or a flow-control
+// store round for delivery d (nil: none): at error with the fault's command, key and reason the
+// first time of each for the life of the pipeline, at debug after that (SPEC §10). The settler
+// and flow control note their faults in the one log, runner.permanent.
+func (r *runner) permanentEvent(f Fault, d *Delivery) (ev *zerolog.Event, first bool) {
+	if first, _ := r.permanent.Note(faultKey{f.Command, f.Key, f.Reason}, time.Now()); !first {
+		return withDelivery(r.log.Debug().Err(f), d), false
+	}
+	return withDelivery(r.log.Error().Err(f.Err).Str("command", f.Command).Str(FieldKey, f.Key).Str("reason", f.Reason), d), true
+}
+
+func withDelivery(ev *zerolog.Event, d *Delivery) *zerolog.Event {
+	if d != nil {
+		ev = ev.Str("source_key", d.Key)
+		if d.ID != "" {
+			ev = ev.Str(FieldID, d.ID)
+		}
+	}
+	return ev
+}
+
+// leaveUnsettled gives up on a decision after a permanent failure (of its settlement, or of the
+// flow-control mark that goes before it): the source forgets it, so its own rules bring it back,
+// and its held copy, if any, is never written.
+func (r *runner) leaveUnsettled(d Decision) {
 	if d.Hold != nil {
-		s.gate.add(-1)
+		r.gate.add(-1)
 	}
 	if d.Span != nil {
 		d.Span.End(d.Label.String(), errAbandoned)
 	}
-	if rel, ok := s.r.p.Source.(Releaser); ok && d.Settlement.Delivery != nil {
+	if rel, ok := r.p.Source.(Releaser); ok && d.Settlement.Delivery != nil {
 		rel.Release(d.Settlement)
 	}
 }

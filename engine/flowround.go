@@ -1,0 +1,249 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+)
+
+// roundReq is one store round as sent: the request, and what its entries stand for.
+type roundReq struct {
+	r        *FlowRound
+	rel      []flowDone  // the finished deliveries whose leases it releases, by Releases index
+	renewing []*Delivery // the running deliveries whose leases it renews, by Renews index
+	asked    int         // admissions asked (parked deliveries with ask >= 0)
+}
+
+func (q roundReq) empty() bool { return len(q.r.Releases)+len(q.r.Renews)+len(q.r.Admits) == 0 }
+
+// request builds a round: the pending releases (at most flowMaxRound), every running lease when
+// renewals are due, and, when admit, the admissions chooseAdmits picks.
+func (s *flowState) request(now time.Time, admit bool) roundReq {
+	q := roundReq{r: &FlowRound{Lease: s.lease}, rel: s.releases}
+	if len(q.rel) > flowMaxRound {
+		q.rel = q.rel[:flowMaxRound]
+	}
+	for _, fd := range q.rel {
+		x := FlowRelease{FlowLease: s.running[fd.d].lease}
+		if s.f.Dedupe != nil && !fd.returned && fd.dec.Label.acked() {
+			x.Window = s.f.Dedupe.Window
+		}
+		q.r.Releases = append(q.r.Releases, x)
+	}
+	if s.renewDue(now) {
+		for d, t := range s.running {
+			q.renewing = append(q.renewing, d)
+			q.r.Renews = append(q.r.Renews, t.lease)
+		}
+	}
+	if admit && s.admitMax() > 0 {
+		q.r.Max = s.admitMax()
+		q.r.Admits = chooseAdmits(s.parked, q.r.Releases, s.localConc, s.localDedupe, q.r.Max)
+		q.asked = len(q.r.Admits)
+	}
+	return q
+}
+
+// chooseAdmits picks the waiting deliveries a round asks the store to admit, in order, and sets
+// each one's ask (its index among them, -1 when not asked). A key this process holds itself
+// (held, less what rel releases) cannot be had until it is released: such deliveries, and later
+// ones that share a key with them (order per key), are not sent, which spares Redis re-checking
+// every busy key on every round. It asks for no more than can matter: twice what may be granted
+// (grant), so that a key busy in another process does not hold back the rest, without making
+// Redis read hundreds of candidates to grant a few.
+func chooseAdmits(parked []*flowWait, rel []FlowRelease, heldConc map[string]int, heldDedupe map[string]bool, grant int) []FlowAdmit {
+	relConc, relDedupe := map[string]int{}, map[string]bool{}
+	for _, x := range rel {
+		relConc[x.Conc]++
+		relDedupe[x.Dedupe] = true
+	}
+	blocked := map[string]bool{}
+	limit := min(flowMaxRound, grant+min(grant, 32))
+	// What this round's earlier candidates would hold if admitted: a later candidate that could
+	// only wait behind them is not sent either.
+	askConc, askDedupe := map[string]int{}, map[string]bool{}
+	var admits []FlowAdmit
+	for _, w := range parked {
+		w.ask = -1
+		a := &w.admit
+		if len(admits) >= limit || blocked[a.Conc] || blocked[a.Dedupe] || blocked[a.Throttle] {
+			continue
+		}
+		if a.Conc != "" && heldConc[a.Conc]-relConc[a.Conc]+askConc[a.Conc] >= a.ConcLimit ||
+			a.Dedupe != "" && (askDedupe[a.Dedupe] || heldDedupe[a.Dedupe] && !relDedupe[a.Dedupe]) {
+			for _, k := range []string{a.Conc, a.Dedupe, a.Throttle} {
+				if k != "" {
+					blocked[k] = true
+				}
+			}
+			continue
+		}
+		if a.Conc != "" {
+			askConc[a.Conc]++
+		}
+		if a.Dedupe != "" {
+			askDedupe[a.Dedupe] = true
+		}
+		w.ask = len(admits)
+		admits = append(admits, *a)
+	}
+	return admits
+}
+
+// apply applies the store's answer to a round sent at sent (answered at now) and returns what
+// the engine is to do about it.
+func (s *flowState) apply(q roundReq, sent, now time.Time) flowActs {
+	var acts flowActs
+	s.applyReleases(q, &acts)
+	s.applyRenews(q, sent, &acts)
+	s.applyVerdicts(q, sent, &acts)
+	if s.slots < s.conc && len(q.r.Admits) > 0 {
+		s.admitAt = now.Add(min(s.rtt, flowMaxLinger))
+	}
+	return acts
+}
+
+// applyReleases passes on the decisions of the released deliveries. One whose dedupe key could
+// not be marked done is left unsettled instead (the mark goes before the acknowledgement); a
+// lease or claim that could not be let go expires by itself.
+func (s *flowState) applyReleases(q roundReq, acts *flowActs) {
+	s.releases = s.releases[len(q.rel):]
+	relFaults := faultsByIndex(q.r.ReleaseFaults, len(q.rel))
+	for i, fd := range q.rel {
+		if t := s.running[fd.d]; t != nil {
+			s.unhold(t.lease)
+		}
+		delete(s.running, fd.d)
+		if fl := faultsAt(relFaults, i); len(fl) > 0 && !fd.failed {
+			if q.r.Releases[i].Window > 0 && !fd.passed {
+				acts.faults = append(acts.faults, flowFault{fd.d, fl, "flow control: marking a dedupe key done failed permanently: delivery left unsettled (not acknowledged), it comes back by its source's rules"})
+				acts.unsettled = append(acts.unsettled, fd.dec)
+				continue
+			}
+			acts.faults = append(acts.faults, flowFault{fd.d, fl, "flow control: releasing a lease failed permanently: the key stays taken until the lease expires"})
+		}
+		if !fd.returned && !fd.passed {
+			acts.pass = append(acts.pass, fd.dec)
+		}
+	}
+}
+
+// applyRenews sets the next renewal and notes the renewals that failed or came too late.
+func (s *flowState) applyRenews(q roundReq, sent time.Time, acts *flowActs) {
+	if len(q.r.Renews) > 0 {
+		s.renewAt = sent.Add(s.lease / 3)
+		for i, fl := range faultsByIndex(q.r.RenewFaults, len(q.renewing)) {
+			if len(fl) > 0 {
+				acts.faults = append(acts.faults, flowFault{q.renewing[i], fl, "flow control: renewing a running delivery's lease failed permanently: it may expire while the handler runs, and its key run twice"})
+			}
+		}
+		for _, i := range q.r.Lost {
+			acts.lost = append(acts.lost, q.renewing[i])
+		}
+	}
+	if len(s.running) == 0 {
+		s.renewAt = time.Time{}
+	}
+}
+
+// applyVerdicts acts on the store's answer to each asked admission: admitted ones start,
+// duplicates are acknowledged, failed ones count as retry; the rest wait on.
+func (s *flowState) applyVerdicts(q roundReq, sent time.Time, acts *flowActs) {
+	progressed := false
+	keep := s.parked[:0]
+	admitFaults := faultsByIndex(q.r.AdmitFaults, q.asked)
+	for _, w := range s.parked {
+		if q.asked == 0 || w.ask < 0 {
+			keep = append(keep, w)
+			continue
+		}
+		ask := w.ask
+		w.ask = -1
+		if fl := faultsAt(admitFaults, ask); len(fl) > 0 {
+			progressed = true
+			s.admitFailed(w, fl, sent, acts)
+			continue
+		}
+		v := q.r.Verdicts[ask]
+		switch v.Kind {
+		case FlowAdmitted:
+			progressed = true
+			s.admitted(w, sent)
+			acts.start = append(acts.start, w.d)
+		case FlowDuplicate:
+			progressed = true
+			acts.dups = append(acts.dups, w.d)
+		default:
+			if v.RetryIn > 0 && v.RetryIn < s.poll {
+				s.poll = max(v.RetryIn, time.Millisecond)
+			}
+			keep = append(keep, w)
+		}
+	}
+	clear(s.parked[len(keep):])
+	s.parked = keep
+	if progressed {
+		s.poll = flowPollMin
+	}
+}
+
+// admitted holds an admitted delivery's lease (a late one asking again holds it already) and
+// sets its start deadline.
+func (s *flowState) admitted(w *flowWait, now time.Time) {
+	t := s.running[w.d]
+	if !w.again {
+		l := FlowLease{Token: w.admit.Token, Conc: w.admit.Conc, Dedupe: w.admit.Dedupe}
+		t = &flowTicket{lease: l, admit: w.admit}
+		s.running[w.d] = t
+		s.hold(l)
+	}
+	if t != nil {
+		t.at, t.by = now, time.Time{}
+		if s.slack > 0 {
+			t.by = now.Add(s.slack)
+		}
+	}
+	if s.renewAt.IsZero() {
+		s.renewAt = now.Add(s.lease / 3)
+	}
+	s.slots--
+}
+
+// admitFailed decides a delivery whose admission failed permanently (a flow key it needs can
+// never be written): like a key expression that fails, it counts as retry, so the policy's
+// backoff and attempt cap apply and nothing is lost; the part of its lease or claim that may
+// have been taken is released first.
+func (s *flowState) admitFailed(w *flowWait, fl []Fault, now time.Time, acts *flowActs) {
+	acts.faults = append(acts.faults, flowFault{w.d, fl, "flow control: admission failed permanently: the delivery counts as retry"})
+	if !w.again {
+		l := FlowLease{Token: w.admit.Token, Conc: w.admit.Conc, Dedupe: w.admit.Dedupe}
+		s.running[w.d] = &flowTicket{at: now, lease: l, admit: w.admit}
+		s.hold(l)
+	}
+	err := fmt.Errorf("flow control: %w", fl[0])
+	dec := s.policy.Decide(w.d, Retry(), err, now)
+	dec.Cause = err
+	acts.failed = append(acts.failed, flowFailed{d: w.d, dec: dec, err: err})
+	s.releases = append(s.releases, flowDone{d: w.d, dec: dec, failed: true})
+}
+
+// faultsByIndex groups faults by their index below n; nil when there are none (read it with
+// faultsAt: rounds without faults allocate nothing).
+func faultsByIndex(fs []Fault, n int) [][]Fault {
+	if len(fs) == 0 {
+		return nil
+	}
+	out := make([][]Fault, n)
+	for _, f := range fs {
+		if f.Index >= 0 && f.Index < n {
+			out[f.Index] = append(out[f.Index], f)
+		}
+	}
+	return out
+}
+
+func faultsAt(ff [][]Fault, i int) []Fault {
+	if ff == nil {
+		return nil
+	}
+	return ff[i]
+}
