@@ -28,9 +28,8 @@ var HandlerBuckets = []float64{
 // promMetrics implements engine.Metrics with the metric names of SPEC §10.
 type promMetrics struct {
 	reg         *prometheus.Registry
-	outcomes    *outcomeCollector
+	engine      *engineCollector
 	seconds     *prometheus.HistogramVec
-	inflight    *prometheus.GaugeVec
 	delayed     *prometheus.GaugeVec
 	srcErrors   *prometheus.CounterVec
 	settleFails *prometheus.CounterVec
@@ -43,20 +42,18 @@ var _ engine.Metrics = (*promMetrics)(nil)
 func newMetrics() *promMetrics {
 	m := &promMetrics{
 		reg: prometheus.NewRegistry(),
-		outcomes: &outcomeCollector{
-			messages: counterDesc(prometheus.CounterOpts{
+		engine: &engineCollector{
+			messages: newDesc(prometheus.Opts{
 				Name: "flowrun_messages_total", Help: "Deliveries settled, by outcome.",
 			}, "pipeline", "outcome"),
-			deadLetters: counterDesc(prometheus.CounterOpts{
+			deadLetters: newDesc(prometheus.Opts{
 				Name: "flowrun_dead_letters_total", Help: "Deliveries written to the dead letter.",
 			}, "pipeline"),
+			inflight: newDesc(prometheus.Opts{Name: "flowrun_inflight", Help: "Handlers running now."}, "pipeline"),
 		},
 		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "flowrun_handler_seconds", Help: "Time a handler took per delivery (buckets from 5 µs to 60 s).",
 			Buckets: HandlerBuckets,
-		}, []string{"pipeline"}),
-		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "flowrun_inflight", Help: "Handlers running now.",
 		}, []string{"pipeline"}),
 		delayed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "flowrun_delayed_held", Help: "Runtime delayed copies held in the process.",
@@ -77,7 +74,7 @@ func newMetrics() *promMetrics {
 		Name: "flowrun_build_info", Help: "Always 1; the labels say which flowrun this is.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(Version, runtime.Version()).Set(1)
-	m.reg.MustRegister(m.outcomes, m.seconds, m.inflight, m.delayed, m.srcErrors, m.settleFails,
+	m.reg.MustRegister(m.engine, m.seconds, m.delayed, m.srcErrors, m.settleFails,
 		m.ruleErrors, build,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -91,7 +88,7 @@ func newMetrics() *promMetrics {
 func (m *promMetrics) forget(name string) {
 	m.sources.mu.Lock()
 	defer m.sources.mu.Unlock()
-	for _, g := range []*prometheus.GaugeVec{m.inflight, m.delayed, m.sources.lag, m.sources.pending, m.sources.deadLetters} {
+	for _, g := range []*prometheus.GaugeVec{m.delayed, m.sources.lag, m.sources.pending, m.sources.deadLetters} {
 		g.DeleteLabelValues(name)
 	}
 	delete(m.sources.last, name)
@@ -106,7 +103,6 @@ func (m *promMetrics) handler() http.Handler {
 func (m *promMetrics) Pipeline(name string) engine.PipelineMetrics {
 	return &boundMetrics{
 		seconds:     m.seconds.WithLabelValues(name),
-		inflight:    m.inflight.WithLabelValues(name),
 		delayed:     m.delayed.WithLabelValues(name),
 		srcErrors:   m.srcErrors.WithLabelValues(name),
 		settleFails: m.settleFails.MustCurryWith(prometheus.Labels{"pipeline": name}),
@@ -116,7 +112,6 @@ func (m *promMetrics) Pipeline(name string) engine.PipelineMetrics {
 
 type boundMetrics struct {
 	seconds     prometheus.Observer
-	inflight    prometheus.Gauge
 	delayed     prometheus.Gauge
 	srcErrors   prometheus.Counter
 	settleFails *prometheus.CounterVec // curried with the pipeline; reasons are few
@@ -124,7 +119,6 @@ type boundMetrics struct {
 }
 
 func (b *boundMetrics) HandlerDuration(d time.Duration) { b.seconds.Observe(d.Seconds()) }
-func (b *boundMetrics) Inflight(delta int)              { b.inflight.Add(float64(delta)) }
 func (b *boundMetrics) DelayedHeld(n int)               { b.delayed.Set(float64(n)) }
 func (b *boundMetrics) SourceError()                    { b.srcErrors.Inc() }
 func (b *boundMetrics) SettleFailure(reason string)     { b.settleFails.WithLabelValues(reason).Inc() }
@@ -132,40 +126,52 @@ func (b *boundMetrics) RuleError(rule string)           { b.ruleErrors.WithLabel
 
 var _ engine.RuleErrorCounter = (*boundMetrics)(nil)
 
-// outcomeCollector serves flowrun_messages_total and flowrun_dead_letters_total from the
-// engine's outcome counters, read at each scrape: the counters the progress lines and the
-// status page read, so /metrics agrees with them to the message.
-type outcomeCollector struct {
+// engineCollector serves flowrun_messages_total, flowrun_dead_letters_total and
+// flowrun_inflight from the engine's counters, read at each scrape: the counters the progress
+// lines and the status page read, so /metrics agrees with them to the message.
+type engineCollector struct {
 	messages    *prometheus.Desc
 	deadLetters *prometheus.Desc
-	totals      atomic.Pointer[func() []engine.PipelineTotals] // nil until readOutcomes
+	inflight    *prometheus.Desc
+	counts      atomic.Pointer[engineCounts] // nil until readEngine
 }
 
-// readOutcomes sets where the outcome counters are read (the engine's Totals).
-func (m *promMetrics) readOutcomes(totals func() []engine.PipelineTotals) {
-	m.outcomes.totals.Store(&totals)
+// engineCounts is what the collector reads (*engine.Engine).
+type engineCounts interface {
+	Totals() []engine.PipelineTotals // the counters, kept for pipelines a reload removed
+	Status() []engine.PipelineStatus // the pipelines running now
 }
 
-func counterDesc(o prometheus.CounterOpts, labels ...string) *prometheus.Desc {
+var _ engineCounts = (*engine.Engine)(nil)
+
+// readEngine sets the engine whose counters the collector reads.
+func (m *promMetrics) readEngine(e engineCounts) { m.engine.counts.Store(&e) }
+
+// newDesc is the Desc of a metric the collector serves, declared with Opts as the vectors are.
+func newDesc(o prometheus.Opts, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(o.Name, o.Help, labels, nil)
 }
 
-func (c *outcomeCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.messages
 	ch <- c.deadLetters
+	ch <- c.inflight
 }
 
-func (c *outcomeCollector) Collect(ch chan<- prometheus.Metric) {
-	totals := c.totals.Load()
-	if totals == nil {
+func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
+	e := c.counts.Load()
+	if e == nil {
 		return
 	}
-	for _, t := range (*totals)() {
+	for _, t := range (*e).Totals() {
 		for l, n := range t.Outcomes {
 			ch <- prometheus.MustNewConstMetric(c.messages, prometheus.CounterValue, float64(n), t.Name, engine.Label(l).String())
 		}
 		ch <- prometheus.MustNewConstMetric(c.deadLetters, prometheus.CounterValue,
 			float64(t.Outcomes[engine.OutcomeDeadLetter]), t.Name)
+	}
+	for _, s := range (*e).Status() {
+		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(s.Inflight), s.Name)
 	}
 }
 

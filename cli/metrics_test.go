@@ -83,7 +83,7 @@ func TestMetricsProgressAndStatusAgree(t *testing.T) {
 	}
 	m := newMetrics()
 	eng := engine.New(engine.Options{Metrics: m, Progress: 5 * time.Millisecond}, p)
-	m.readOutcomes(eng.Totals)
+	m.readEngine(eng)
 	srv := httptest.NewServer(m.handler())
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -138,6 +138,9 @@ func scrapeOutcomes(t *testing.T, url string) map[string]int64 {
 		t.Fatalf("no flowrun_dead_letters_total in:\n%s", res)
 	}
 	out["dead"], _ = strconv.ParseInt(mm[1], 10, 64)
+	if !regexp.MustCompile(`(?m)^flowrun_inflight\{pipeline="p"\} 0$`).MatchString(res) {
+		t.Fatalf("no flowrun_inflight 0 for an idle pipeline in:\n%s", res)
+	}
 	return out
 }
 

@@ -63,7 +63,7 @@ type MetricDoc struct {
 // registry made as `run` makes it, with one child of every vector so that each is gathered.
 func Metrics() []MetricDoc {
 	m := newMetrics()
-	m.readOutcomes(func() []engine.PipelineTotals { return []engine.PipelineTotals{{Name: "p"}} })
+	m.readEngine(onePipeline{})
 	p := m.Pipeline("p")
 	p.SettleFailure("connection")
 	p.(*boundMetrics).RuleError("r")
@@ -91,6 +91,12 @@ func Metrics() []MetricDoc {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
+
+// onePipeline is an engine that has run one pipeline, p.
+type onePipeline struct{}
+
+func (onePipeline) Totals() []engine.PipelineTotals { return []engine.PipelineTotals{{Name: "p"}} }
+func (onePipeline) Status() []engine.PipelineStatus { return []engine.PipelineStatus{{Name: "p"}} }
 
 type noSpans struct{}
 

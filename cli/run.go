@@ -85,7 +85,7 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	}
 	eng := engine.New(engine.Options{Sinks: w.sink, Metrics: metrics, Progress: f.progress,
 		DeadLettered: metrics.sources.deadLettered}, pipelines...)
-	metrics.readOutcomes(eng.Totals)
+	metrics.readEngine(eng)
 	rl := &reloader{paths: paths, opts: opts, names: f.pipelines, eng: eng, w: w, metrics: metrics, log: logger, selected: selected}
 	for _, p := range selected {
 		rl.stdinRead = rl.stdinRead || readsStdin(p)

@@ -2,8 +2,9 @@ package engine
 
 import "time"
 
-// Metrics receives what the runtime counts (SPEC §10) beside the outcomes, which the engine
-// counts itself and serves from Totals and Status (so every view agrees). The CLI plugs in
+// Metrics receives what the runtime counts (SPEC §10) beside the outcomes and the handlers in
+// flight, which the engine counts itself and serves from Totals and Status (so every view
+// agrees). The CLI plugs in
 // Prometheus; tests and embedders may pass nil. Pipeline is called once per pipeline, so an
 // implementation can bind its label values once instead of on every message.
 type Metrics interface {
@@ -13,7 +14,6 @@ type Metrics interface {
 // PipelineMetrics counts for one pipeline.
 type PipelineMetrics interface {
 	HandlerDuration(d time.Duration)
-	Inflight(delta int)
 	DelayedHeld(n int)
 	SourceError()
 	// SettleFailure counts one delivery whose settlement failed, by reason ("noperm",
@@ -25,7 +25,6 @@ type noMetrics struct{}
 
 func (noMetrics) Pipeline(string) PipelineMetrics { return noMetrics{} }
 func (noMetrics) HandlerDuration(time.Duration)   {}
-func (noMetrics) Inflight(int)                    {}
 func (noMetrics) DelayedHeld(int)                 {}
 func (noMetrics) SourceError()                    {}
 func (noMetrics) SettleFailure(string)            {}

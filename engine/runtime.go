@@ -408,7 +408,6 @@ func (r *runner) decide(ctx context.Context, d *Delivery, span Span) Decision {
 		return dec
 	}
 
-	r.metrics.Inflight(1)
 	r.tally.inflight.Add(1)
 	var res Result
 	if span == nil {
@@ -422,7 +421,6 @@ func (r *runner) decide(ctx context.Context, d *Delivery, span Span) Decision {
 	end := start.Add(took)
 	d.Decoded = nil // not needed after the handler: freed before the settlement, not after
 	r.metrics.HandlerDuration(took)
-	r.metrics.Inflight(-1)
 	r.tally.inflight.Add(-1)
 
 	if res.Err != nil && (res.Outcome.Kind == KindAck || res.Outcome.Kind == KindDrop) {
