@@ -27,7 +27,7 @@ const (
 	LabelDuplicate = "duplicate"
 )
 
-// OutcomeLabels are every label PipelineMetrics.Outcome is called with, indexed by Label.
+// OutcomeLabels are the names of the outcome labels, indexed by Label.
 var OutcomeLabels = []string{"ack", "drop", "retry", "retry_after", LabelDeadLetter, LabelRejected, LabelDuplicate}
 
 func (l Label) String() string {
