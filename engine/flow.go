@@ -27,7 +27,7 @@ const (
 	// flowMaxHandoff bounds how often a lease passes to the next delivery of its key in this
 	// process before it is released and taken again.
 	flowMaxHandoff = 32
-	// flowMaxLinger bounds how long a throttled stage waits for more free handlers before a
+	// flowMaxLinger bounds how long a throttled gate waits for more free handlers before a
 	// round (see flowState.linger).
 	flowMaxLinger = 2 * time.Millisecond
 	// A throttle's start slack is its period / flowSlackDiv, used when at least flowMinSlack;

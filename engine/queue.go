@@ -19,9 +19,9 @@ type Feed interface {
 	// Push hands ds over, in order; the engine owns them from then on. It waits while the
 	// engine is full (a source that asked Room never waits), and returns false, handing
 	// nothing over, once ctx has ended. It may run the handler of a few deliveries itself
-	// before it returns (a rule set while every worker is idle, see Queue.SetInline), so a
-	// source holds none of its own locks across it; their settlements still come from the
-	// settler's goroutine.
+	// before it returns (a rule set while every worker is idle, see Queue.SetInline; under
+	// flow control after sending their store round), so a source holds none of its own locks
+	// across it; their settlements still come from the settler's goroutine.
 	Push(ctx context.Context, ds []*Delivery) bool
 }
 
@@ -108,7 +108,8 @@ func (q *Queue) RoomFor(ctx context.Context, n int) int {
 // thread, a hand-over that on a busy machine now and then waits hundreds of microseconds for a
 // CPU. Only for handlers that never block (Inliner), since the source reads nothing while they
 // run, and only for a Feed pushed to from one goroutine (a source's Receive), so at most workers
-// handlers run at once. Call it before the first Push.
+// handlers run at once. Under flow control the push sends its store round first and runs what
+// it admitted (flowGate.push). Call it before the first Push.
 func (q *Queue) SetInline(workers int, run func(ds []*Delivery) int) {
 	q.workers, q.inline = workers, run
 }

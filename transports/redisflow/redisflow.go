@@ -46,7 +46,7 @@ func Prefix(pipeline string) string { return "flowrun:{" + pipeline + "}:" }
 //
 // The clock is Redis's own (TIME), so processes whose clocks disagree still agree on leases and
 // windows. Per key, admissions are in the order the engine sends them: it sends no more of one
-// key in a round than could be admitted (engine/flow.go), and Redis runs a pipeline in order.
+// key in a round than could be admitted (engine/flowround.go), and Redis runs a pipeline in order.
 
 // admitScript decides a round's admissions that have a concurrency key or a throttle, in
 // order, each atomically over its keys: the dedupe claim first (a duplicate is known as one
