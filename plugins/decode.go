@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/hcl/v2/gohcl"
 
 	"github.com/flowrun/flowrun/internal/hclutil"
+	"github.com/flowrun/flowrun/schema"
 )
 
 // The config decoder: gohcl's struct tags and semantics (`hcl:"name"`, `hcl:"name,optional"`,
@@ -88,6 +89,20 @@ func checkConfigType(t reflect.Type) (err error) {
 		}
 	}
 	return nil
+}
+
+// applyDefaults sets each field of the struct v whose attribute b declares with a typed default
+// (schema.Attr.Value) to that default, before the body is decoded over it: the default the
+// reference shows is the one decoding applies. checkDefaults has checked the types.
+func applyDefaults(b *schema.Body, v reflect.Value) {
+	if b == nil {
+		return
+	}
+	for _, f := range fieldTags(v.Type()) {
+		if a, ok := b.Attr(f.name); ok && a.Value != nil && (f.kind == "attr" || f.kind == "optional") {
+			v.Field(f.index).Set(reflect.ValueOf(a.Value))
+		}
+	}
 }
 
 // decodeBody decodes body into the struct v (addressable). header is the range of the block

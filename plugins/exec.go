@@ -41,7 +41,6 @@ func init() {
 		Name:      "exec",
 		Body:      execBody,
 		Doc:       "runs a command per message, payload on stdin; exit 0 acks, 75 retries, others dead-letter",
-		Defaults:  func() execConfig { return execConfig{Timeout: execDefaultTimeout} },
 		Validate:  validateExec,
 		Provision: newExecHandler,
 		mock:      decodeExecMock,

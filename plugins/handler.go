@@ -62,9 +62,12 @@ type Spec[C any] struct {
 	// Body documents the block's attributes and blocks (type, default, meaning) for the reference
 	// in docs/; nil for a handler that does not document them. When set it must name exactly the
 	// attributes and blocks of C's hcl tags: Register panics otherwise, so the two cannot drift.
+	// An attribute declared with a typed default (schema.Duration("timeout").WithDefault(...))
+	// has it set in C before decoding, so the reference shows the default decoding applies.
 	Body *schema.Body
 	// Defaults returns a config with the defaults set; decoding overwrites only the attributes
-	// and blocks the user wrote. Nil means the zero C.
+	// and blocks the user wrote. Nil means the zero C. A default Body declares need not be set
+	// here; one set here too must agree with it (Register panics otherwise).
 	Defaults func() C
 	// Validate checks what the types cannot, at every load (`run`, `validate`, `test`), after
 	// the body decoded cleanly. Make errors with b.Errorf, so that each points at its attribute,
@@ -113,7 +116,14 @@ func Register[C any](s Spec[C]) {
 		panic(fmt.Sprintf("plugins: Register %q: %v", s.Name, err))
 	}
 	if s.Body != nil {
+		var defaults reflect.Value
+		if s.Defaults != nil {
+			defaults = reflect.ValueOf(s.Defaults())
+		}
 		if err := checkBody(s.Body, reflect.TypeFor[C]()); err != nil {
+			panic(fmt.Sprintf("plugins: Register %q: %v", s.Name, err))
+		}
+		if err := checkDefaults(s.Body, reflect.TypeFor[C](), defaults); err != nil {
 			panic(fmt.Sprintf("plugins: Register %q: %v", s.Name, err))
 		}
 	}
@@ -136,6 +146,7 @@ func (s Spec[C]) decode(body hcl.Body, ctx *hcl.EvalContext, rng hcl.Range) (han
 	if s.Defaults != nil {
 		cfg = s.Defaults()
 	}
+	applyDefaults(s.Body, reflect.ValueOf(&cfg).Elem())
 	diags := decodeBody(body, ctx, reflect.ValueOf(&cfg).Elem(), rng)
 	// A type error stops here: checks of a half-decoded config would only add noise. A value
 	// that merely failed to parse (a duration) keeps its default, and the checks run, so the

@@ -43,12 +43,9 @@ const (
 
 func init() {
 	Register(Spec[httpConfig]{
-		Name: "http",
-		Body: httpBody,
-		Doc:  "sends each message to an HTTP endpoint; 2xx acks, 429 and 5xx retry later, other statuses dead-letter",
-		Defaults: func() httpConfig {
-			return httpConfig{Method: httpDefaultMethod, Timeout: httpDefaultTimeout, HeaderPrefix: httpDefaultHeaderPrefix}
-		},
+		Name:      "http",
+		Body:      httpBody,
+		Doc:       "sends each message to an HTTP endpoint; 2xx acks, 429 and 5xx retry later, other statuses dead-letter",
 		Validate:  validateHTTP,
 		Provision: newHTTPHandler,
 		mock:      decodeHTTPMock,

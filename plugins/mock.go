@@ -164,7 +164,7 @@ var (
 // to 200.
 func decodeHTTPMock(body hcl.Body, ctx *hcl.EvalContext, _ hcl.Range) (mock, hcl.Diagnostics) {
 	attrs, diags := mockAttributes("http", body)
-	m := &httpMock{status: http.StatusOK}
+	m := &httpMock{status: mockDefault[int]("http", "status")}
 	if a, ok := attrs["status"]; ok {
 		n, ds := mockInt(a, ctx, 100, 599, "an HTTP status code")
 		diags = append(diags, ds...)
@@ -241,7 +241,7 @@ var _ mock = (*execMock)(nil)
 // decodeExecMock decodes `mock { exit = 75, stdout = "...", stderr = "..." }`; exit defaults to 0.
 func decodeExecMock(body hcl.Body, ctx *hcl.EvalContext, _ hcl.Range) (mock, hcl.Diagnostics) {
 	attrs, diags := mockAttributes("exec", body)
-	m := &execMock{}
+	m := &execMock{exit: mockDefault[int]("exec", "exit")}
 	if a, ok := attrs["exit"]; ok {
 		n, ds := mockInt(a, ctx, 0, 255, "an exit status")
 		diags = append(diags, ds...)

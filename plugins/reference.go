@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"fmt"
+	"net/http"
 	"reflect"
 	"slices"
 	"strings"
@@ -58,11 +59,11 @@ func checkBody(b *schema.Body, t reflect.Type) error {
 
 var httpBody = &schema.Body{
 	Attrs: []schema.Attr{
-		{Name: "url", Type: "string", Required: true, Doc: "The endpoint, an absolute `http://` or `https://` URL. Only 307 and 308 redirects are followed."},
-		{Name: "method", Type: "string", Default: schema.Value(httpDefaultMethod), Doc: "The request method."},
-		{Name: "timeout", Type: "duration", Default: schema.Value(httpDefaultTimeout), Doc: "The whole request's limit; on expiry the outcome is `retry`."},
-		{Name: "headers", Type: "map of strings", Doc: "Request headers sent with every request (`{ Authorization = env(\"HOOK_TOKEN\") }`)."},
-		{Name: "header_prefix", Type: "string", Default: schema.Value(httpDefaultHeaderPrefix), Doc: "Each message header is sent as the request header `<header_prefix><Header>`."},
+		schema.String("url").Require().Describe("The endpoint, an absolute `http://` or `https://` URL. Only 307 and 308 redirects are followed."),
+		schema.String("method").WithDefault(httpDefaultMethod).Describe("The request method."),
+		schema.Duration("timeout").WithDefault(httpDefaultTimeout).Describe("The whole request's limit; on expiry the outcome is `retry`."),
+		schema.StringMap("headers").Describe("Request headers sent with every request (`{ Authorization = env(\"HOOK_TOKEN\") }`)."),
+		schema.String("header_prefix").WithDefault(httpDefaultHeaderPrefix).Describe("Each message header is sent as the request header `<header_prefix><Header>`."),
 	},
 	Blocks: []schema.Block{
 		{Type: "tls", Occurs: "optional", Body: httpTLSBody, Doc: "TLS for an `https://` endpoint: a private certificate authority, a client certificate."},
@@ -70,30 +71,59 @@ var httpBody = &schema.Body{
 }
 
 var httpTLSBody = &schema.Body{Attrs: []schema.Attr{
-	{Name: "ca_file", Type: "path", Default: "the system's roots", Doc: "PEM certificate authorities that sign the server's certificate."},
-	{Name: "cert_file", Type: "path", Doc: "PEM client certificate; needs `key_file`."},
-	{Name: "key_file", Type: "path", Doc: "PEM private key of `cert_file`."},
-	{Name: "server_name", Type: "string", Default: "the URL's host", Doc: "The name the server's certificate must carry."},
-	{Name: "insecure_skip_verify", Type: "bool", Default: schema.Value(false), Doc: "Accept any server certificate; for tests only."},
+	schema.Path("ca_file").DefaultDoc("the system's roots").Describe("PEM certificate authorities that sign the server's certificate."),
+	schema.Path("cert_file").Describe("PEM client certificate; needs `key_file`."),
+	schema.Path("key_file").Describe("PEM private key of `cert_file`."),
+	schema.String("server_name").DefaultDoc("the URL's host").Describe("The name the server's certificate must carry."),
+	schema.Bool("insecure_skip_verify").WithDefault(false).Describe("Accept any server certificate; for tests only."),
 }}
 
 var execBody = &schema.Body{Attrs: []schema.Attr{
-	{Name: "command", Type: "list of strings", Required: true, Doc: "The program and its arguments, run without a shell (`[\"./bin/charge\", \"--live\"]`). It gets the payload on stdin, each header as `FLOWRUN_HEADER_<NAME>` (upper case, `-` as `_`), and `FLOWRUN_KEY`, `FLOWRUN_ID`, `FLOWRUN_ATTEMPT`."},
-	{Name: "timeout", Type: "duration", Default: schema.Value(execDefaultTimeout), Doc: "How long one run may take; on expiry the process group is killed and the outcome is `retry`."},
-	{Name: "dir", Type: "path", Default: "flowrun's working folder", Doc: "The folder the command runs in, relative to the HCL file; it must exist."},
-	{Name: "emit_stdout", Type: "string", Doc: "On exit 0, emit each non-empty line the command printed as a record with this key (to standard output)."},
+	schema.Strings("command").Require().Describe("The program and its arguments, run without a shell (`[\"./bin/charge\", \"--live\"]`). It gets the payload on stdin, each header as `FLOWRUN_HEADER_<NAME>` (upper case, `-` as `_`), and `FLOWRUN_KEY`, `FLOWRUN_ID`, `FLOWRUN_ATTEMPT`."),
+	schema.Duration("timeout").WithDefault(execDefaultTimeout).Describe("How long one run may take; on expiry the process group is killed and the outcome is `retry`."),
+	schema.Path("dir").DefaultDoc("flowrun's working folder").Describe("The folder the command runs in, relative to the HCL file; it must exist."),
+	schema.String("emit_stdout").Describe("On exit 0, emit each non-empty line the command printed as a record with this key (to standard output)."),
 }}
 
 // mockBodies are the mock blocks of a test of a pipeline with the named handler (SPEC §9).
 var mockBodies = map[string]*schema.Body{
 	"http": {Attrs: []schema.Attr{
-		{Name: "status", Type: "number", Default: schema.Value(200), Doc: "The response status."},
-		{Name: "headers", Type: "map of strings", Doc: "Response headers (`{ \"Retry-After\" = \"7\" }`)."},
+		schema.Int("status").WithDefault(http.StatusOK).Describe("The response status."),
+		schema.StringMap("headers").Describe("Response headers (`{ \"Retry-After\" = \"7\" }`)."),
 		{Name: "body", Type: "string or any value", Doc: "The response body: a string, or any other value as its JSON text."},
 	}},
 	"exec": {Attrs: []schema.Attr{
-		{Name: "exit", Type: "number", Default: schema.Value(0), Doc: "The exit status: 0 acks, 75 retries, any other dead-letters."},
-		{Name: "stdout", Type: "string", Doc: "What the process prints on stdout (`emit_stdout` reads it)."},
-		{Name: "stderr", Type: "string", Doc: "What it prints on stderr; its last line goes into the dead-letter reason."},
+		schema.Int("exit").WithDefault(0).Describe("The exit status: 0 acks, 75 retries, any other dead-letters."),
+		schema.String("stdout").Describe("What the process prints on stdout (`emit_stdout` reads it)."),
+		schema.String("stderr").Describe("What it prints on stderr; its last line goes into the dead-letter reason."),
 	}},
+}
+
+// mockDefault is the declared default of a mock attribute.
+func mockDefault[T any](handler, attr string) T {
+	a, _ := mockBodies[handler].Attr(attr)
+	v, _ := a.Value.(T)
+	return v
+}
+
+// checkDefaults reports a typed default of b that no field of t's hcl tags can hold, or that
+// disagrees with what defaults (Spec.Defaults) sets: the declaration is the default, and the
+// reference shows it.
+func checkDefaults(b *schema.Body, t reflect.Type, defaults reflect.Value) error {
+	for _, f := range fieldTags(t) {
+		a, ok := b.Attr(f.name)
+		if !ok || a.Value == nil || (f.kind != "attr" && f.kind != "optional") {
+			continue
+		}
+		ft := t.Field(f.index).Type
+		if !reflect.TypeOf(a.Value).AssignableTo(ft) {
+			return fmt.Errorf("attribute %q declares a default of type %T, but its field is %s", f.name, a.Value, ft)
+		}
+		if defaults.IsValid() {
+			if got := defaults.Field(f.index); !got.IsZero() && !reflect.DeepEqual(got.Interface(), a.Value) {
+				return fmt.Errorf("Defaults sets %q to %v, but its declaration says %v", f.name, got.Interface(), a.Value)
+			}
+		}
+	}
+	return nil
 }
