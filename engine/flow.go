@@ -150,7 +150,7 @@ func (g *flowGate) finish() {
 	g.loopDone.Wait()
 }
 
-// takeLocked is the queue's check of an admitted delivery a worker takes: a throttled one past
+// lateLocked is the queue's check of an admitted delivery a worker takes: a throttled one past
 // its start deadline goes back to the wait, unrun (true).
 func (g *flowGate) lateLocked(d *Delivery) bool {
 	if g.st.slack == 0 {
