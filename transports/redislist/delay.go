@@ -15,12 +15,13 @@ package redislist
 //
 // The hex digits are random per delayed delivery, so two identical copies delayed at once are two
 // members, not one whose score the second overwrites. No JSON: the copy is kept byte for byte.
+// What the two durable delay queues share (due times, statistics) is in package delayq; this
+// member format and its script differ from a stream's on purpose (see there).
 
 import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +29,7 @@ import (
 
 	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/transports/internal/delayq"
 )
 
 const memberPrefix = "l1:"
@@ -85,13 +87,8 @@ func (s *Source) moveDue(ctx context.Context) error {
 	if moved, _ := res[0].(int64); moved > 0 {
 		s.log.Debug().Int64("count", moved).Str("delay_key", s.opts.DelayKey).Msg("moved due delayed copies back")
 	}
-	var next int64
-	if sc, _ := res[1].(string); sc != "" {
-		if f, err := strconv.ParseFloat(sc, 64); err == nil {
-			next = int64(f)
-		}
-	}
-	s.nextDue.Store(next)
+	sc, _ := res[1].(string)
+	s.nextDue.Store(delayq.ParseScore(sc))
 	s.movedAt.Store(time.Now().UnixMilli())
 	return nil
 }
@@ -112,52 +109,25 @@ func (s *Source) moveDueNow(now time.Time) bool {
 }
 
 // lowerNextDue records a delayed copy due at ms if it is earlier than the one known.
-func (s *Source) lowerNextDue(ms int64) {
-	for {
-		cur := s.nextDue.Load()
-		if cur != 0 && cur <= ms {
-			return
-		}
-		if s.nextDue.CompareAndSwap(cur, ms) {
-			return
-		}
-	}
-}
+func (s *Source) lowerNextDue(ms int64) { delayq.Lower(&s.nextDue, ms) }
 
 // blockFor is how long a read may block: Options.Block, but no longer than until the next
 // delayed copy this source knows of comes due, so a delay is honoured to well within a block.
 func (s *Source) blockFor() time.Duration {
-	b := s.opts.Block
-	if nd := s.nextDue.Load(); s.opts.durable() && nd != 0 {
-		if until := time.Until(time.UnixMilli(nd)); until < b {
-			b = max(until.Round(time.Millisecond), time.Millisecond)
-		}
+	if !s.opts.durable() {
+		return s.opts.Block
 	}
-	return b
+	return delayq.BlockFor(s.opts.Block, s.nextDue.Load())
 }
 
 // DelayStats is a delay queue as flowrun inspect shows it.
-type DelayStats struct {
-	Size    int64     // ZCARD
-	NextDue time.Time // the lowest score (wall-clock ms); zero when the queue is empty
-}
+type DelayStats = delayq.Stats
 
 // ReadDelayStats reads a delay queue's size and next due time.
 func ReadDelayStats(ctx context.Context, c redis.UniversalClient, key string) (DelayStats, error) {
-	var d DelayStats
-	n, err := c.ZCard(ctx, key).Result()
+	d, err := delayq.ReadStats(ctx, c, key)
 	if err != nil {
-		return d, fmt.Errorf("redislist: zcard %s: %w", key, err)
-	}
-	if d.Size = n; n == 0 {
-		return d, nil
-	}
-	first, err := c.ZRangeWithScores(ctx, key, 0, 0).Result()
-	if err != nil {
-		return d, fmt.Errorf("redislist: zrange %s 0 0: %w", key, err)
-	}
-	if len(first) > 0 {
-		d.NextDue = time.UnixMilli(int64(first[0].Score))
+		return d, fmt.Errorf("redislist: %w", err)
 	}
 	return d, nil
 }

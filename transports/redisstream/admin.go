@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/transports/internal/delayq"
 )
 
 // Stats is a stream source's backlog as flowrun inspect shows it.
@@ -73,28 +75,13 @@ func ReadStats(ctx context.Context, c redis.UniversalClient, stream, group strin
 }
 
 // DelayStats is a durable_zset delay queue as flowrun inspect shows it.
-type DelayStats struct {
-	Size    int64     // ZCARD
-	NextDue time.Time // the lowest score (wall-clock ms); zero when the queue is empty
-}
+type DelayStats = delayq.Stats
 
 // ReadDelayStats reads a durable_zset delay queue's size and next due time.
 func ReadDelayStats(ctx context.Context, c redis.UniversalClient, key string) (DelayStats, error) {
-	var d DelayStats
-	n, err := c.ZCard(ctx, key).Result()
+	d, err := delayq.ReadStats(ctx, c, key)
 	if err != nil {
-		return d, fmt.Errorf("redisstream: zcard %s: %w", key, err)
-	}
-	d.Size = n
-	if n == 0 {
-		return d, nil
-	}
-	first, err := c.ZRangeWithScores(ctx, key, 0, 0).Result()
-	if err != nil {
-		return d, fmt.Errorf("redisstream: zrange %s 0 0: %w", key, err)
-	}
-	if len(first) > 0 {
-		d.NextDue = time.UnixMilli(int64(first[0].Score))
+		return d, fmt.Errorf("redisstream: %w", err)
 	}
 	return d, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/transports/internal/delayq"
 	"github.com/flowrun/flowrun/transports/redisconn"
 )
 
@@ -301,13 +302,10 @@ func (s *Source) ensureGroup(ctx context.Context) error {
 // blockFor is how long a read for new entries may block: block, but no longer than until the
 // next delayed copy this source knows of comes due.
 func (s *Source) blockFor() time.Duration {
-	b := s.o.Block
-	if nd := s.nextDue.Load(); s.durable && nd != 0 {
-		if until := time.Until(time.UnixMilli(nd)); until < b {
-			b = max(until.Round(time.Millisecond), time.Millisecond)
-		}
+	if !s.durable {
+		return s.o.Block
 	}
-	return b
+	return delayq.BlockFor(s.o.Block, s.nextDue.Load())
 }
 
 // readNew reads up to count new entries (XREADGROUP >); block < 0 does not block.
@@ -754,12 +752,7 @@ func (s *Source) moveDue(ctx context.Context) error {
 		s.log.Warn().Int64("count", bad).Str("delay_key", s.o.DelayKey).
 			Msg("delayed copies that did not decode were moved back as bare payloads")
 	}
-	var next int64
-	if sc, _ := res[2].(string); sc != "" {
-		if f, err := strconv.ParseFloat(sc, 64); err == nil {
-			next = int64(f)
-		}
-	}
-	s.nextDue.Store(next)
+	sc, _ := res[2].(string)
+	s.nextDue.Store(delayq.ParseScore(sc))
 	return nil
 }

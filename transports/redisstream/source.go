@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/transports/internal/delayq"
 	"github.com/flowrun/flowrun/transports/redisconn"
 )
 
@@ -122,17 +123,7 @@ func (s *Source) startKeepAlive() {
 }
 
 // lowerNextDue records a delayed copy due at ms if it is earlier than the one known.
-func (s *Source) lowerNextDue(ms int64) {
-	for {
-		cur := s.nextDue.Load()
-		if cur != 0 && cur <= ms {
-			return
-		}
-		if s.nextDue.CompareAndSwap(cur, ms) {
-			return
-		}
-	}
-}
+func (s *Source) lowerNextDue(ms int64) { delayq.Lower(&s.nextDue, ms) }
 
 // dialCounter tells a stream source that one of its client's connections broke in use. go-redis
 // retries a command whose connection broke, on another connection, without telling the caller;
