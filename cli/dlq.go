@@ -54,7 +54,7 @@ func cmdDLQ(ctx context.Context, args []string, stdio Stdio) int {
 	}
 	conns := newAdminConns(cfg)
 	defer conns.close()
-	if p.Source.IsRedis() {
+	if p.Source.Redis != "" { // its block takes "redis" (transports.RedisBlockReader)
 		if _, err := conns.get(ctx, p.Source.Redis); err != nil {
 			fmt.Fprintf(stdio.Err, "flowrun dlq %s: %v\n", a.sub, err)
 			return ExitRuntime

@@ -143,7 +143,7 @@ func sourceKey(p *config.Pipeline) (graphKey, bool) {
 	if p.Source == nil || p.Source.NaturalKey() == "" {
 		return graphKey{}, false
 	}
-	return graphKey{p.Source.NaturalKey(), !p.Source.IsRedis()}, true
+	return graphKey{p.Source.NaturalKey(), p.Source.Redis == ""}, true
 }
 
 // outputs lists where p writes: its rules' emits in order, its retry target, its dead letter.
@@ -162,7 +162,7 @@ func outputs(p *config.Pipeline) []graphOutput {
 		out = append(out, graphOutput{graphKey{k, false}, "retry"})
 	}
 	if p.DeadLetter != "" {
-		out = append(out, graphOutput{graphKey{p.DeadLetter, p.Source != nil && !p.Source.IsRedis()}, "dead letter"})
+		out = append(out, graphOutput{graphKey{p.DeadLetter, p.Source != nil && p.Source.Redis == ""}, "dead letter"})
 	}
 	return out
 }

@@ -78,7 +78,7 @@ func cmdInspect(ctx context.Context, args []string, stdio Stdio) int {
 	conns := newAdminConns(cfg)
 	defer conns.close()
 	for _, p := range selected {
-		if p.Source.IsRedis() {
+		if p.Source.Redis != "" { // its block takes "redis" (transports.RedisBlockReader)
 			if _, err := conns.get(ctx, p.Source.Redis); err != nil {
 				fmt.Fprintf(stdio.Err, "flowrun inspect: %v\n", err)
 				return ExitRuntime

@@ -12,9 +12,9 @@ import (
 	"github.com/flowrun/flowrun/config"
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/handlers"
+	"github.com/flowrun/flowrun/registry"
 	"github.com/flowrun/flowrun/telemetry"
 	"github.com/flowrun/flowrun/transports"
-	"github.com/flowrun/flowrun/transports/redisflow"
 )
 
 // wiring turns a validated configuration into running parts: sources, handlers, sinks and the
@@ -80,9 +80,9 @@ func (w *wiring) pipeline(ctx context.Context, p *config.Pipeline) (*engine.Pipe
 	if err != nil {
 		return nil, err
 	}
-	src, err := p.Source.Config.Build(ctx, w.env(log, p.Source.Redis))
+	src, err := w.source(ctx, p, log)
 	if err != nil {
-		return nil, fmt.Errorf("pipeline %s: %w", p.Name, err)
+		return nil, err
 	}
 	var h engine.Handler = p.Rules
 	if p.Handler != nil {
@@ -94,8 +94,8 @@ func (w *wiring) pipeline(ctx context.Context, p *config.Pipeline) (*engine.Pipe
 	var tracer engine.Tracer
 	if w.tel != nil {
 		system := p.Source.Kind // file, pipe
-		if p.Source.IsRedis() {
-			system = "redis"
+		if tc, ok := p.Source.Config.(transports.TraceCarrier); ok {
+			system = tc.TraceSystem() // redis
 		}
 		tracer = w.tel.Pipeline(p.Name, system)
 	}
@@ -134,16 +134,35 @@ func (w *wiring) flow(p *config.Pipeline) (*engine.Flow, error) {
 	if d := f.Dedupe; d != nil {
 		ef.Dedupe = &engine.Dedupe{Key: d.Key, Window: d.Window}
 	}
-	if p.Source.IsRedis() {
-		c, err := w.client(p.Source.Redis)
+	ef.Store = engine.NewMemFlowStore()
+	if fp, ok := p.Source.Config.(transports.FlowStoreProvider); ok {
+		store, err := fp.FlowStore(w.env(w.log, p.Source.Redis), p.Name)
 		if err != nil {
 			return nil, fmt.Errorf("pipeline %s: flow control: %w", p.Name, err)
 		}
-		ef.Store = redisflow.New(c, p.Name)
-	} else {
-		ef.Store = engine.NewMemFlowStore()
+		ef.Store = store
 	}
 	return ef, nil
+}
+
+// source provisions the pipeline's source Config (registry.Provisioner), builds the source from
+// it, and has its Cleanup (registry.CleanerUpper) run when the pipeline is released.
+func (w *wiring) source(ctx context.Context, p *config.Pipeline, log zerolog.Logger) (engine.Source, error) {
+	cfg := p.Source.Config
+	if err := registry.Provision(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("pipeline %s: provision: %w", p.Name, err)
+	}
+	src, err := cfg.Build(ctx, w.env(log, p.Source.Redis))
+	if err != nil {
+		if cerr := registry.Cleanup(cfg); cerr != nil {
+			log.Warn().Err(cerr).Msg("cleanup")
+		}
+		return nil, fmt.Errorf("pipeline %s: %w", p.Name, err)
+	}
+	if _, ok := cfg.(registry.CleanerUpper); ok {
+		w.own(p.Name, func() error { return registry.Cleanup(cfg) })
+	}
+	return src, nil
 }
 
 // goHandler provisions and starts a pipeline's compiled Go handler. Its Redis emits that name

@@ -127,7 +127,7 @@ type Pipeline struct {
 // live there.
 type Source struct {
 	Kind   string            // the block's label, a registered kind
-	Redis  string            // the redis block's name, resolved at load time (kinds with Redis)
+	Redis  string            // the redis block's name, resolved at load time; "" for a source that reads none (transports.RedisBlockReader)
 	Config transports.Config // what the kind decoded
 
 	DeclRange hcl.Range
@@ -136,8 +136,10 @@ type Source struct {
 	redisRange hcl.Range // the redis attribute's value, for an unknown name
 }
 
-// IsRedis reports whether the source reads from a redis block.
-func (s *Source) IsRedis() bool { return s.kind.Redis }
+// readsRedis reports whether the source's block takes "redis": its kind's Config is a
+// transports.RedisBlockReader that reads one. After a load without errors, Redis is set exactly
+// when it does.
+func (s *Source) readsRedis() bool { return s.kind.ReadsRedisBlock() }
 
 // NaturalKey is the key messages of this source usually carry, as its kind says
 // (transports.Config.NaturalKey); "" when there is none.

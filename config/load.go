@@ -301,7 +301,7 @@ func merge(files []*fileConfig, complete bool) (*Config, hcl.Diagnostics) {
 // keys that must share a hash slot (SPEC §5, §12): the files alone decide it.
 func checkClusterSlots(pl *Pipeline, redis map[string]*Redis) hcl.Diagnostics {
 	src := pl.Source
-	if src == nil || !src.IsRedis() || src.Config == nil {
+	if src == nil || !src.readsRedis() || src.Config == nil {
 		return nil
 	}
 	r := redis[src.Redis]
@@ -385,7 +385,7 @@ func (r redisResolver) resolvePipeline(pl *Pipeline) hcl.Diagnostics {
 	if src == nil {
 		return nil
 	}
-	if src.IsRedis() {
+	if src.readsRedis() {
 		name, ds := r.resolve(src.Redis, src.redisRange, src.DeclRange, fmt.Sprintf("A %s source", src.Kind))
 		diags = append(diags, ds...)
 		src.Redis = name
@@ -393,7 +393,7 @@ func (r redisResolver) resolvePipeline(pl *Pipeline) hcl.Diagnostics {
 	for _, ref := range pl.emitRefs {
 		target := &pl.Rules.Rules[ref.rule].Emits[ref.emit].Target
 		switch {
-		case ref.name == "" && src.IsRedis():
+		case ref.name == "" && src.readsRedis():
 			// The source's own redis block; if that did not resolve, it is reported already.
 			target.Redis = src.Redis
 		default:

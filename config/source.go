@@ -11,7 +11,7 @@ import (
 )
 
 // SourceRedis is the attribute config adds to the source block of every kind that reads from a
-// redis block (transports.Kind.Redis), and resolves itself.
+// redis block (its Config is a transports.RedisBlockReader), and resolves itself.
 var SourceRedis = schema.Attr{
 	Name: "redis", Type: "string", Default: "the only redis block",
 	Doc: "The redis block to read from; optional when exactly one is declared.",
@@ -58,7 +58,7 @@ func newSchemas() *schemas {
 		takes := map[string]bool{}
 		s.takes[k.Name] = takes
 		attrs := k.Schema.Attributes
-		if k.Redis {
+		if k.ReadsRedisBlock() {
 			attrs = append([]hcl.AttributeSchema{{Name: SourceRedis.Name}}, attrs...)
 		}
 		for _, a := range attrs {

@@ -367,7 +367,7 @@ func sourceAttrs(k transports.Kind) []schema.Attr {
 			attrs = append(attrs, schema.Attr{Name: a.Name, Required: a.Required})
 		}
 	}
-	if k.Redis {
+	if k.ReadsRedisBlock() {
 		attrs = append([]schema.Attr{config.SourceRedis}, attrs...)
 	}
 	return attrs
@@ -539,7 +539,7 @@ func (g *gen) sourcePages() {
 			p.s("\n")
 		}
 		p.f("Every pipeline also takes the [pipeline attributes](%s) (`concurrency`, `max_attempts`, `dead_letter`, …).\n\n", p.link(configPath+"#pipeline"))
-		if k.Redis {
+		if k.ReadsRedisBlock() {
 			p.f("It reads through a [redis block](%s).\n\n", p.link(redisPath))
 		}
 		p.s("## Example\n\n")

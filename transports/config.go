@@ -33,6 +33,28 @@ type Config interface {
 	Build(ctx context.Context, env *Env) (engine.Source, error)
 }
 
+// RedisBlockReader is implemented by a Config whose source reads from a redis block when
+// ReadsRedisBlock says so: its block takes the "redis" attribute, which config resolves (optional
+// when exactly one redis block exists) and Env.RedisBlock names at run time; a Go handler's
+// Redis emits that name no block go through it; `flowrun inspect` and `flowrun dlq` connect to it
+// first. Kind.New's empty Config answers for the kind.
+type RedisBlockReader interface {
+	ReadsRedisBlock() bool
+}
+
+// FlowStoreProvider is implemented by a Config whose source can keep a pipeline's flow-control
+// state (SPEC §13) where every process running the pipeline shares it: `flowrun run` asks it for
+// the store of a pipeline with flow control. A source without it keeps the state in the process.
+type FlowStoreProvider interface {
+	FlowStore(env *Env, pipeline string) (engine.FlowStore, error)
+}
+
+// TraceCarrier is implemented by a Config whose spans name a messaging system other than the
+// kind's name (messaging.system, docs/tracing.md): "redis" for every Redis source.
+type TraceCarrier interface {
+	TraceSystem() string
+}
+
 // ClusterChecker is implemented by a Config whose keys must share a Redis Cluster hash slot
 // (one script or BLMOVE touches them together). config calls it when the source's redis block
 // is a cluster, after references are resolved; redisBlock is that block's name.
@@ -165,8 +187,8 @@ type Env struct {
 	// Stdout is the process's standard output, shared by everything that writes records to it,
 	// so that lines never interleave.
 	Stdout *codec.LineWriter
-	// RedisBlock is the source's redis block, resolved at load time ("" for a kind without
-	// Redis).
+	// RedisBlock is the source's redis block, resolved at load time ("" for a source that reads
+	// none: see RedisBlockReader).
 	RedisBlock string
 	// Redis returns the client of a redis block by name, opening it on first use. The command
 	// line owns the clients and closes them last.

@@ -1,14 +1,18 @@
-// Package transports is the registry of source kinds and emit kinds. Each transport package
-// registers what it provides in init, as Caddy modules do; config decodes source blocks and
-// emit blocks through the registry, and cli builds, inspects and redrives sources and opens
+// Package transports is the source and emit namespaces of flowrun's module registry (package
+// registry): source kinds ("source.stream") and emit kinds ("emit.list"). Each transport
+// package registers what it provides in init, as Caddy modules do; config decodes source blocks
+// and emit blocks through the registry, and cli builds, inspects and redrives sources and opens
 // sinks through it, so neither of them names a kind.
 //
 // A source kind declares its block's schema (Kind.Schema), the pipeline attributes only it takes
 // (Kind.PipelineAttrs) and a constructor of its Config, which decodes the block with positioned
 // diagnostics (Config.Decode), builds the engine.Source for a run (Config.Build) and may
-// implement the optional interfaces: ClusterChecker (load-time Redis Cluster checks),
-// StdinReader, Inspector (flowrun inspect), DeadLetterStore (flowrun dlq) and
-// DeadLetterLocator. An emit kind declares what its block takes and a sink constructor.
+// implement the optional interfaces: RedisBlockReader (its block takes "redis"),
+// FlowStoreProvider (where flow control keeps its state), TraceCarrier (the messaging system of
+// its spans), ClusterChecker (load-time Redis Cluster checks), StdinReader, Inspector (flowrun
+// inspect), DeadLetterStore (flowrun dlq), DeadLetterLocator, and the registry's lifecycle
+// interfaces (registry.Validator at load, registry.Provisioner and registry.CleanerUpper around a
+// run). An emit kind declares what its block takes and a sink constructor.
 //
 // The built-in transports register themselves when package transports/builtin is imported;
 // package cli imports it, so a custom binary whose main calls cli.Main has them, and a new
@@ -16,14 +20,15 @@
 package transports
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
-	"sync"
 
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/registry"
 	"github.com/flowrun/flowrun/schema"
 )
 
@@ -35,10 +40,6 @@ type Kind struct {
 	// ascending, then by name; 0 sorts after every numbered kind. The built-in kinds take 10 to
 	// 70 in SPEC §2's order.
 	Order int
-	// Redis says the source reads from a redis block: its block takes the "redis" attribute,
-	// which config resolves (optional when exactly one redis block exists) and which
-	// Env.RedisBlock names at run time. Schema must not list "redis".
-	Redis bool
 	// Attrs are the source block's attributes, documented: Register derives Schema from them,
 	// and `go generate ./docs` writes the reference from them, so the two cannot drift. A kind
 	// without Attrs (one from outside this repository) may set Schema itself.
@@ -93,19 +94,46 @@ type EmitKind struct {
 	Sink func(t engine.Target, env *Env) (engine.Sink, error)
 }
 
-var (
-	mu    sync.RWMutex
-	kinds = map[string]Kind{}
-	emits = map[string]EmitKind{}
-)
+// ModuleID is the kind's ID in the registry: "source.NAME".
+func (k Kind) ModuleID() registry.ID { return registry.NewID(registry.Source, k.Name) }
 
-// Register adds a source kind; transport packages call it in init. It panics on a programmer's
-// mistake (an empty or duplicate name, no New, "redis" in the Schema), found the first time the
-// binary starts.
-func Register(k Kind) {
+// Validate is called by registry.Register: a kind needs a Name and New, and its Schema must not
+// list "redis", which config adds for a kind whose Config is a RedisBlockReader.
+func (k Kind) Validate() error {
 	if k.Name == "" || k.New == nil {
-		panic("transports: Register needs a Name and New")
+		return errors.New("transports: Register needs a Name and New")
 	}
+	for _, a := range k.Schema.Attributes {
+		if a.Name == "redis" {
+			return fmt.Errorf("transports: source kind %q lists \"redis\" in its Schema; implement RedisBlockReader instead", k.Name)
+		}
+	}
+	return nil
+}
+
+// ReadsRedisBlock reports whether the kind's Config is a RedisBlockReader that reads one.
+func (k Kind) ReadsRedisBlock() bool {
+	r, ok := k.New().(RedisBlockReader)
+	return ok && r.ReadsRedisBlock()
+}
+
+// ModuleID is the emit kind's ID in the registry: "emit.NAME".
+func (e EmitKind) ModuleID() registry.ID { return registry.NewID(registry.Emit, e.Name) }
+
+// Validate is called by registry.Register: an emit kind needs a Name and Sink.
+func (e EmitKind) Validate() error {
+	if e.Name == "" || e.Sink == nil {
+		return errors.New("transports: RegisterEmit needs a Name and Sink")
+	}
+	return nil
+}
+
+// Register adds a source kind to the registry; transport packages call it in init. It derives
+// Schema's attributes from Attrs, then calls registry.Register, which panics on a programmer's
+// mistake (an empty or duplicate name, no New, "redis" in the Schema), found the first time the
+// binary starts. It stays the call transport packages make, rather than registry.Register,
+// because the derivation must happen before the kind is stored.
+func Register(k Kind) {
 	if len(k.Attrs) > 0 {
 		if len(k.Schema.Attributes) > 0 {
 			panic(fmt.Sprintf("transports: source kind %q sets both Attrs and Schema.Attributes", k.Name))
@@ -114,70 +142,49 @@ func Register(k Kind) {
 			k.Schema.Attributes = append(k.Schema.Attributes, hcl.AttributeSchema{Name: a.Name, Required: a.Required})
 		}
 	}
-	for _, a := range k.Schema.Attributes {
-		if a.Name == "redis" {
-			panic(fmt.Sprintf("transports: source kind %q lists \"redis\" in its Schema; set Kind.Redis instead", k.Name))
-		}
+	if err := k.Validate(); err != nil {
+		panic(err.Error())
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if _, dup := kinds[k.Name]; dup {
+	if _, dup := Lookup(k.Name); dup {
 		panic(fmt.Sprintf("transports: source kind %q registered twice", k.Name))
 	}
-	kinds[k.Name] = k
+	registry.Register(k)
 }
 
 // Lookup finds a registered source kind.
 func Lookup(name string) (Kind, bool) {
-	mu.RLock()
-	defer mu.RUnlock()
-	k, ok := kinds[name]
-	return k, ok
+	return registry.Get[Kind](registry.NewID(registry.Source, name))
 }
 
 // Kinds lists the registered source kinds by Order, then name.
 func Kinds() []Kind {
-	mu.RLock()
-	defer mu.RUnlock()
-	out := make([]Kind, 0, len(kinds))
-	for _, k := range kinds {
-		out = append(out, k)
-	}
-	slices.SortFunc(out, func(a, b Kind) int { return compare(a.Order, a.Name, b.Order, b.Name) })
+	out := registry.Namespace[Kind](registry.Source)
+	slices.SortStableFunc(out, func(a, b Kind) int { return compare(a.Order, a.Name, b.Order, b.Name) })
 	return out
 }
 
-// RegisterEmit adds an emit kind; transport packages call it in init. It panics on an empty or
-// duplicate name or a nil Sink.
+// RegisterEmit adds an emit kind to the registry; transport packages call it in init. It is
+// registry.Register with this namespace's messages: it panics on an empty or duplicate name or a
+// nil Sink. registry.Register(EmitKind{…}) does the same.
 func RegisterEmit(e EmitKind) {
-	if e.Name == "" || e.Sink == nil {
-		panic("transports: RegisterEmit needs a Name and Sink")
+	if err := e.Validate(); err != nil {
+		panic(err.Error())
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if _, dup := emits[e.Name]; dup {
+	if _, dup := LookupEmit(e.Name); dup {
 		panic(fmt.Sprintf("transports: emit kind %q registered twice", e.Name))
 	}
-	emits[e.Name] = e
+	registry.Register(e)
 }
 
 // LookupEmit finds a registered emit kind.
 func LookupEmit(name string) (EmitKind, bool) {
-	mu.RLock()
-	defer mu.RUnlock()
-	e, ok := emits[name]
-	return e, ok
+	return registry.Get[EmitKind](registry.NewID(registry.Emit, name))
 }
 
 // EmitKinds lists the registered emit kinds by Order, then name.
 func EmitKinds() []EmitKind {
-	mu.RLock()
-	defer mu.RUnlock()
-	out := make([]EmitKind, 0, len(emits))
-	for _, e := range emits {
-		out = append(out, e)
-	}
-	slices.SortFunc(out, func(a, b EmitKind) int { return compare(a.Order, a.Name, b.Order, b.Name) })
+	out := registry.Namespace[EmitKind](registry.Emit)
+	slices.SortStableFunc(out, func(a, b EmitKind) int { return compare(a.Order, a.Name, b.Order, b.Name) })
 	return out
 }
 

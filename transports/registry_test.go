@@ -14,20 +14,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/registry"
 )
 
-// isolate gives a test an empty registry and puts the previous one back after it.
+// isolate gives a test an empty registry of source and emit kinds and puts the previous one back
+// after it.
 func isolate(t *testing.T) {
 	t.Helper()
-	mu.Lock()
-	savedKinds, savedEmits := kinds, emits
-	kinds, emits = map[string]Kind{}, map[string]EmitKind{}
-	mu.Unlock()
-	t.Cleanup(func() {
-		mu.Lock()
-		kinds, emits = savedKinds, savedEmits
-		mu.Unlock()
-	})
+	t.Cleanup(registry.Isolate(registry.Source, registry.Emit))
 }
 
 func newNothing() Config { return nil }

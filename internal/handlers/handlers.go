@@ -1,6 +1,7 @@
-// Package handlers is the registry between package plugins, the API handler authors write
-// against, and flowrun's loader (config) and runner (cli). It speaks the engine's types so that
-// plugins does not have to: an author imports plugins and never sees an engine.Handler.
+// Package handlers is the handler namespace of flowrun's module registry (package registry,
+// "handler.NAME"), between package plugins, the API handler authors write against, and flowrun's
+// loader (config) and runner (cli). It speaks the engine's types so that plugins does not have
+// to: an author imports plugins and never sees an engine.Handler.
 //
 // plugins.Register is the only writer; config looks handlers up and decodes their blocks, cli
 // provisions, starts and closes them.
@@ -8,14 +9,14 @@ package handlers
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sort"
-	"sync"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/registry"
 	"github.com/flowrun/flowrun/schema"
 )
 
@@ -77,39 +78,40 @@ type Env struct {
 	Mock Mock
 }
 
-var (
-	mu       sync.RWMutex
-	registry = map[string]Plugin{}
-)
+// ModuleID is the handler's ID in the registry: "handler.NAME".
+func (p Plugin) ModuleID() registry.ID { return registry.NewID(registry.Handler, p.Name) }
 
-// Register adds a handler. It panics on an empty or duplicate name or a nil Decode: a
-// programmer's mistake, found the first time the binary starts.
-func Register(p Plugin) {
+// Validate is called by registry.Register: a handler needs a Name and Decode.
+func (p Plugin) Validate() error {
 	if p.Name == "" || p.Decode == nil {
-		panic("plugins: Register needs a Name and Provision")
+		return errors.New("plugins: Register needs a Name and Provision")
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if _, dup := registry[p.Name]; dup {
+	return nil
+}
+
+// Register adds a handler to the registry. It panics on an empty or duplicate name or a nil
+// Decode: a programmer's mistake, found the first time the binary starts.
+func Register(p Plugin) {
+	if err := p.Validate(); err != nil {
+		panic(err.Error())
+	}
+	if _, dup := Lookup(p.Name); dup {
 		panic(fmt.Sprintf("plugins: handler %q registered twice", p.Name))
 	}
-	registry[p.Name] = p
+	registry.Register(p)
 }
 
 // Lookup finds a registered handler by name.
 func Lookup(name string) (Plugin, bool) {
-	mu.RLock()
-	defer mu.RUnlock()
-	p, ok := registry[name]
-	return p, ok
+	return registry.Get[Plugin](registry.NewID(registry.Handler, name))
 }
 
 // Mockable lists, in name order, the registered handlers whose tests can have a `mock {}`.
 func Mockable() []string {
 	var names []string
-	for _, n := range Names() {
-		if p, _ := Lookup(n); p.DecodeMock != nil {
-			names = append(names, n)
+	for _, p := range registry.Namespace[Plugin](registry.Handler) {
+		if p.DecodeMock != nil {
+			names = append(names, p.Name)
 		}
 	}
 	return names
@@ -117,12 +119,9 @@ func Mockable() []string {
 
 // Names lists the registered handlers in name order.
 func Names() []string {
-	mu.RLock()
-	defer mu.RUnlock()
-	names := make([]string, 0, len(registry))
-	for n := range registry {
-		names = append(names, n)
+	names := []string{}
+	for _, p := range registry.Namespace[Plugin](registry.Handler) {
+		names = append(names, p.Name)
 	}
-	sort.Strings(names)
 	return names
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/flowrun/flowrun/internal/keyslot"
 	"github.com/flowrun/flowrun/schema"
 	"github.com/flowrun/flowrun/transports"
+	"github.com/flowrun/flowrun/transports/redisflow"
 )
 
 // delayAttrs are the stream kinds' delayed_retry and delay_key, which a reliable list takes too.
@@ -47,7 +48,6 @@ func init() {
 	transports.Register(transports.Kind{
 		Name:          "list",
 		Order:         40,
-		Redis:         true,
 		Attrs:         listAttrs,
 		Summary:       "a Redis list, reliable (`BLMOVE` to a processing list) or simple (`BRPOP`)",
 		Doc:           listDoc,
@@ -67,6 +67,7 @@ func init() {
 // Config is a list source block, decoded: the source's Options and the pipeline's dead-letter
 // list.
 type Config struct {
+	redisflow.Reader // its block takes "redis"; flow control keeps its state there
 	Options
 	DeadLetter string
 

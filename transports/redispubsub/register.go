@@ -17,6 +17,7 @@ import (
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/schema"
 	"github.com/flowrun/flowrun/transports"
+	"github.com/flowrun/flowrun/transports/redisflow"
 	// Dead letters of a Pub/Sub source are stream entries (SPEC §5): flowrun dlq reads and
 	// deletes them with the same tools as the stream sources'.
 	"github.com/flowrun/flowrun/transports/streamdlq"
@@ -38,7 +39,6 @@ func init() {
 	transports.Register(transports.Kind{
 		Name:          "pubsub",
 		Order:         50,
-		Redis:         true,
 		Attrs:         pubsubAttrs,
 		PipelineAttrs: pubsubPipelineAttrs,
 		Summary:       "Redis Pub/Sub channels or patterns (at most once)",
@@ -58,6 +58,7 @@ func init() {
 // Config is a pubsub source block, decoded: the source's Options (the pipeline's retry_to
 // included) and the pipeline's dead-letter stream.
 type Config struct {
+	redisflow.Reader // its block takes "redis"; flow control keeps its state there
 	Options
 	DeadLetter string
 }

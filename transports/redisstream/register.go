@@ -16,6 +16,7 @@ import (
 	"github.com/flowrun/flowrun/internal/keyslot"
 	"github.com/flowrun/flowrun/schema"
 	"github.com/flowrun/flowrun/transports"
+	"github.com/flowrun/flowrun/transports/redisflow"
 	"github.com/flowrun/flowrun/transports/streamdlq"
 )
 
@@ -54,7 +55,6 @@ func init() {
 		transports.Register(transports.Kind{
 			Name:          kind,
 			Order:         10 * (i + 1),
-			Redis:         true,
 			Attrs:         kindAttrs(kind),
 			Summary:       kindSummary[kind],
 			Doc:           kindDoc[kind],
@@ -75,6 +75,7 @@ func init() {
 // Config is a stream, claiming or reclaim source block, decoded: the source's Options (the
 // pipeline's delayed_retry and delay_key included) and the pipeline's dead-letter stream.
 type Config struct {
+	redisflow.Reader // its block takes "redis"; flow control keeps its state there
 	Options
 	DeadLetter string
 
