@@ -10,11 +10,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/registry"
 )
 
-// Target is where an emitted message goes: ToStream, ToList or ToChannel (Redis, a RedisTarget)
-// or ToRecord (a JSON-lines record, a RecordTarget). Only this package makes Targets. Targets
-// compare with ==.
+// Target is where an emitted message goes: ToStream, ToList or ToChannel (Redis, a RedisTarget),
+// ToRecord (a JSON-lines record, a RecordTarget), or To (any registered emit kind, a KindTarget).
+// Only this package makes Targets. Targets compare with ==.
 type Target interface {
 	// String names the target: stream "payouts.done" via "cache", record "k" in "out.jsonl".
 	String() string
@@ -121,6 +122,92 @@ func (t RecordTarget) engine(dir, _ string) (engine.Target, string) {
 		path = resolvePath(dir, path)
 	}
 	return engine.Target{Kind: kindRecord, Path: path}, t.key
+}
+
+// KindTarget is an emit kind named as a rule's emit "KIND" block names it: a built-in one or one a
+// transport package registers (transports.RegisterEmit), found in the registry ("emit.KIND") when
+// the handler emits.
+type KindTarget struct {
+	kind, key, redis, path string
+}
+
+// To emits to the emit kind registered as kind, under key: To("stream", k) writes what
+// ToStream(k) does, and To("webhook", k) writes to an emit kind a custom binary registered. An
+// unregistered kind fails the emit, and so the delivery is retried.
+func To(kind, key string) KindTarget { return KindTarget{kind: kind, key: key} }
+
+// Via sends through the redis block of that name rather than the default (the pipeline's
+// source's own redis block, else the only one), for a kind that writes through a redis block;
+// on any other kind the emit fails.
+func (t KindTarget) Via(redis string) KindTarget {
+	t.redis = redis
+	return t
+}
+
+// InFile gives the emit the path a kind that takes "path" writes to (emit "record"), relative to
+// the directory of the HCL file that declares the handler; on any other kind the emit fails.
+func (t KindTarget) InFile(path string) KindTarget {
+	t.path = path
+	return t
+}
+
+func (t KindTarget) String() string {
+	s := fmt.Sprintf("%s %q", t.kind, t.key)
+	if t.kind == "" {
+		s = "invalid target"
+	}
+	if t.redis != "" {
+		s += fmt.Sprintf(" via %q", t.redis)
+	}
+	if t.path != "" {
+		s += fmt.Sprintf(" in %q", t.path)
+	}
+	return s
+}
+
+// emitKind is what a KindTarget asks of an emit kind's module (transports.EmitKind), so that
+// plugins needs no transport package.
+type emitKind interface {
+	WritesRedis() bool
+	TakesPath() bool
+}
+
+func lookupEmit(kind string) (emitKind, bool) {
+	m, ok := registry.Lookup(registry.NewID(registry.Emit, kind))
+	ek, isKind := m.(emitKind)
+	return ek, ok && isKind
+}
+
+func (t KindTarget) check() error {
+	if t.kind == "" {
+		return errors.New("the zero KindTarget: use To")
+	}
+	ek, ok := lookupEmit(t.kind)
+	switch {
+	case !ok:
+		return fmt.Errorf("%s: no emit kind %q is registered", t, t.kind)
+	case t.key == "":
+		return fmt.Errorf("%s: empty key", t)
+	case t.redis != "" && !ek.WritesRedis():
+		return fmt.Errorf("%s: Via: a %s emit writes through no redis block", t, t.kind)
+	case t.path != "" && !ek.TakesPath():
+		return fmt.Errorf("%s: InFile: a %s emit takes no path", t, t.kind)
+	}
+	return nil
+}
+
+func (t KindTarget) engine(dir, redis string) (engine.Target, string) {
+	target := engine.Target{Kind: t.kind}
+	if ek, ok := lookupEmit(t.kind); ok && ek.WritesRedis() {
+		target.Redis = redis
+		if t.redis != "" {
+			target.Redis = t.redis
+		}
+	}
+	if t.path != "" {
+		target.Path = resolvePath(dir, t.path)
+	}
+	return target, t.key
 }
 
 // Emitter takes the messages a handler emits. They are written after Handle returns and before

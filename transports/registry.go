@@ -120,6 +120,13 @@ func (k Kind) ReadsRedisBlock() bool {
 // ModuleID is the emit kind's ID in the registry: "emit.NAME".
 func (e EmitKind) ModuleID() registry.ID { return registry.NewID(registry.Emit, e.Name) }
 
+// WritesRedis reports Redis, for plugins.To, which resolves an emit kind through the registry
+// without importing this package.
+func (e EmitKind) WritesRedis() bool { return e.Redis }
+
+// TakesPath reports Path, for plugins.To.
+func (e EmitKind) TakesPath() bool { return e.Path }
+
 // Validate is called by registry.Register: an emit kind needs a Name and Sink.
 func (e EmitKind) Validate() error {
 	if e.Name == "" || e.Sink == nil {
