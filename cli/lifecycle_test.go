@@ -18,7 +18,6 @@ import (
 	"github.com/flowrun/flowrun/transports"
 )
 
-
 var lifecycleCalls struct {
 	sync.Mutex
 	calls []string
