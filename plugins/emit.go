@@ -56,16 +56,7 @@ func (t RedisTarget) Via(redis string) RedisTarget {
 	return t
 }
 
-func (t RedisTarget) String() string {
-	s := fmt.Sprintf("%s %q", t.kind, t.key)
-	if t.kind == "" {
-		s = "invalid target"
-	}
-	if t.redis != "" {
-		s += fmt.Sprintf(" via %q", t.redis)
-	}
-	return s
-}
+func (t RedisTarget) String() string { return describe(t.kind, t.key, t.redis, "") }
 
 func (t RedisTarget) check() error {
 	switch {
@@ -101,13 +92,7 @@ func (t RecordTarget) InFile(path string) RecordTarget {
 	return t
 }
 
-func (t RecordTarget) String() string {
-	s := fmt.Sprintf("%s %q", kindRecord, t.key)
-	if t.path != "" {
-		s += fmt.Sprintf(" in %q", t.path)
-	}
-	return s
-}
+func (t RecordTarget) String() string { return describe(kindRecord, t.key, "", t.path) }
 
 func (t RecordTarget) check() error {
 	if t.key == "" {
@@ -151,16 +136,19 @@ func (t KindTarget) InFile(path string) KindTarget {
 	return t
 }
 
-func (t KindTarget) String() string {
-	s := fmt.Sprintf("%s %q", t.kind, t.key)
-	if t.kind == "" {
+func (t KindTarget) String() string { return describe(t.kind, t.key, t.redis, t.path) }
+
+// describe names a target: stream "payouts.done" via "cache", record "k" in "out.jsonl".
+func describe(kind, key, redis, path string) string {
+	s := fmt.Sprintf("%s %q", kind, key)
+	if kind == "" {
 		s = "invalid target"
 	}
-	if t.redis != "" {
-		s += fmt.Sprintf(" via %q", t.redis)
+	if redis != "" {
+		s += fmt.Sprintf(" via %q", redis)
 	}
-	if t.path != "" {
-		s += fmt.Sprintf(" in %q", t.path)
+	if path != "" {
+		s += fmt.Sprintf(" in %q", path)
 	}
 	return s
 }
