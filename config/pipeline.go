@@ -13,16 +13,19 @@ import (
 	"github.com/flowrun/flowrun/transports"
 )
 
+// fromCPUs is concurrency's default, engine.DefaultConcurrency, as the reference words it.
+const fromCPUs = "the number of CPUs"
+
 // pipelineBody is what every pipeline takes, documented; the registered source kinds add the
 // pipeline attributes only they take (schemas.pipeline).
 var pipelineBody = &schema.Body{
 	Attrs: []schema.Attr{
-		{Name: "concurrency", Type: "number", Default: "the number of CPUs", Doc: "Handlers running at once. Reads never run more than one `batch` ahead of free handler slots."},
-		{Name: "max_attempts", Type: "number", Default: "no cap", Doc: "The cap on attempts: a delivery already past it goes straight to the dead letter without running the handler, and a retry asked on the last attempt goes to the dead letter instead. Without `dead_letter` such a delivery is acknowledged and logged as rejected."},
-		{Name: "dead_letter", Type: "string", Default: "none", Doc: "The key that receives messages that failed for good, a key of the source's own kind (a stream for stream and pubsub sources, a list for lists, records with this key for files and pipes), with the dead-letter headers. It must not be the key the source reads."},
-		{Name: "shutdown_timeout", Type: "duration", Default: schema.Value(engine.DefaultShutdownTimeout), Doc: "On a stop, how long in-flight handlers may run before their context is cancelled; also how long the end of a file replay or pipe waits for held copies to come due."},
+		schema.Count("concurrency").DefaultFrom(fromCPUs).Describe("Handlers running at once. Reads never run more than one `batch` ahead of free handler slots."),
+		schema.Count("max_attempts").DefaultDoc("no cap").Describe("The cap on attempts: a delivery already past it goes straight to the dead letter without running the handler, and a retry asked on the last attempt goes to the dead letter instead. Without `dead_letter` such a delivery is acknowledged and logged as rejected."),
+		schema.String("dead_letter").NonEmpty().DefaultDoc("none").Describe("The key that receives messages that failed for good, a key of the source's own kind (a stream for stream and pubsub sources, a list for lists, records with this key for files and pipes), with the dead-letter headers. It must not be the key the source reads."),
+		schema.Duration("shutdown_timeout").AllowZero().WithDefault(engine.DefaultShutdownTimeout).Describe("On a stop, how long in-flight handlers may run before their context is cancelled; also how long the end of a file replay or pipe waits for held copies to come due."),
 		{Name: "otherwise", Type: "expression", Default: "`\"ack\"`", Doc: "The outcome when no rule's `when` holds, an outcome expression (`\"drop\"`, `\"retry_after('1m')\"`). Rules only."},
-		{Name: "max_held", Type: "number", Default: schema.Value(engine.DefaultMaxHeld), Doc: "The most runtime-delayed copies held in the process at once; at the bound reading pauses until copies come due."},
+		schema.Count("max_held").WithDefault(engine.DefaultMaxHeld).Describe("The most runtime-delayed copies held in the process at once; at the bound reading pauses until copies come due."),
 	},
 	Blocks: []schema.Block{
 		{Type: "source", Labels: []string{"kind"}, Occurs: "one", Ref: "sources",
@@ -70,12 +73,9 @@ var (
 // are resolved later, in the merge pass.
 func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diagnostics) {
 	pl := &Pipeline{
-		Name:            block.Labels[0],
-		File:            d.filename,
-		Concurrency:     engine.DefaultConcurrency(),
-		ShutdownTimeout: engine.DefaultShutdownTimeout,
-		MaxHeld:         engine.DefaultMaxHeld,
-		DeclRange:       block.DefRange,
+		Name:      block.Labels[0],
+		File:      d.filename,
+		DeclRange: block.DefRange,
 	}
 	content, diags := block.Body.Content(d.schemas.pipeline)
 	nb := sortPipelineBlocks(content.Blocks)
@@ -88,11 +88,12 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 	pl.Flow = flow
 
 	attrs := content.Attributes
-	opt(attrs, "concurrency", d.count, &pl.Concurrency, &diags)
-	opt(attrs, "max_attempts", d.count, &pl.MaxAttempts, &diags)
-	opt(attrs, "dead_letter", d.nonEmpty, &pl.DeadLetter, &diags)
-	opt(attrs, "shutdown_timeout", d.nonNegativeDuration, &pl.ShutdownTimeout, &diags)
-	opt(attrs, "max_held", d.count, &pl.MaxHeld, &diags)
+	v := d.values(attrs, pipelineBody.Attrs, &diags)
+	pl.Concurrency = v.Int("concurrency")
+	pl.MaxAttempts = v.Int("max_attempts")
+	pl.DeadLetter = v.String("dead_letter")
+	pl.ShutdownTimeout = v.Duration("shutdown_timeout")
+	pl.MaxHeld = v.Int("max_held")
 
 	diags = append(diags, d.decodePipelineDecider(pl, block, nb.rules, nb.handlers)...)
 	if a, ok := attrs["otherwise"]; ok {

@@ -9,7 +9,9 @@ import (
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 
+	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/hclutil"
+	"github.com/flowrun/flowrun/schema"
 )
 
 // The value decoders and the diagnostic constructors are hclutil's, which the transport registry
@@ -63,6 +65,24 @@ var (
 // missingArg reports a missing attribute at the block that lacks it (SPEC §2).
 func missingArg(block *hcl.Block, name, where string) *hcl.Diagnostic {
 	return hclutil.MissingArg(block.DefRange, name, where)
+}
+
+// values decodes the attributes of written that decls declare (the others are another
+// declaration's, or reported already) through schema.Decode, each when it is read, its
+// mistakes appended to *diags; concurrency's default is engine.DefaultConcurrency.
+func (d *fileDecoder) values(written hcl.Attributes, decls []schema.Attr, diags *hcl.Diagnostics) *schema.Values {
+	own := hcl.Attributes{}
+	for _, a := range decls {
+		if w, ok := written[a.Name]; ok {
+			own[a.Name] = w
+		}
+	}
+	return schema.Decode(own, decls, schema.Env{
+		Ctx:    d.ctx,
+		Dir:    d.dir,
+		From:   map[string]any{fromCPUs: engine.DefaultConcurrency()},
+		Report: func(ds ...*hcl.Diagnostic) { *diags = append(*diags, ds...) },
+	})
 }
 
 // opt decodes attrs[name] with dec into *dst when the attribute is written, appending its
