@@ -54,17 +54,38 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	var (
-		se     engine.SettleError
-		acks   []string // ids to XACK on their own
-		ackIdx []int    // their batch indexes
-		local  []copyOp // copies in one slot with the stream: the script
-		remote []copyOp // copies to other slots (cluster)
-	)
+	var se engine.SettleError
 	fail := func(i int, command, key string, err error) {
 		se.Add(redisconn.Fault(i, command, key, err, s.secrets...))
 	}
-	now := time.Now()
+	now := time.Now() // a hold that ends before the batch was sent is no hold
+	p := s.planSettle(batch, fail)
+	s.writeRemote(ctx, &p, fail)
+	done := s.writeLocal(ctx, p, fail)
+	s.untrackSettled(batch, done, now)
+	return se.Err()
+}
+
+// faultFunc reports a settlement's failure: its batch index, the command, the key.
+type faultFunc func(i int, command, key string, err error)
+
+// settlePlan is what a batch writes: acknowledgements on their own, copies on the stream's slot
+// (the script), copies to other slots (cluster).
+type settlePlan struct {
+	acks   []string // ids to XACK on their own
+	ackIdx []int    // their batch indexes
+	local  []copyOp // copies in one slot with the stream: the script
+	remote []copyOp // copies to other slots (cluster)
+}
+
+func (p *settlePlan) ack(id string, i int) {
+	p.acks, p.ackIdx = append(p.acks, id), append(p.ackIdx, i)
+}
+
+// planSettle sorts the batch into what it writes; a settlement that cannot be carried out is
+// failed here, and ActLeave writes nothing.
+func (s *Source) planSettle(batch []engine.Settlement, fail faultFunc) settlePlan {
+	var p settlePlan
 	for i := range batch {
 		st := &batch[i]
 		if st.Delivery == nil {
@@ -72,102 +93,126 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 			continue
 		}
 		id := tokenID(st.Delivery)
-		var op copyOp
 		switch st.Action {
 		case engine.ActAck:
-			acks, ackIdx = append(acks, id), append(ackIdx, i)
+			p.ack(id, i)
 			continue
 		case engine.ActLeave:
 			continue // handled after the commands succeed
-		case engine.ActRequeue:
-			op = copyOp{key: s.o.Stream}
-		case engine.ActDeadLetter:
-			if st.DeadLetterKey == "" {
-				fail(i, "xadd", "", fmt.Errorf("dead letter for %s: no dead-letter key: %w", id, engine.ErrPermanent))
-				continue
-			}
-			op = copyOp{key: st.DeadLetterKey}
-		case engine.ActDelay:
-			if !s.durable {
-				fail(i, "zadd", s.o.DelayKey, fmt.Errorf("delay %s: durable delays are off (delayed_retry = %q): %w",
-					id, s.o.DelayedRetry, engine.ErrUnsupported))
-				continue
-			}
-			op = copyOp{key: s.o.DelayKey, zset: true}
-		default:
-			fail(i, "settle", s.o.Stream, fmt.Errorf("settle %s: action %d: %w", id, st.Action, engine.ErrUnsupported))
-			continue
 		}
-		if st.Copy == nil {
-			fail(i, op.command(), op.key, fmt.Errorf("%s %s: no copy to write: %w", st.Action, id, engine.ErrPermanent))
-			continue
-		}
-		op.idx, op.id = i, id
-		if op.zset {
-			op.member = encodeDelayed(s.o.Stream, id, st.Copy)
-			op.score = float64(st.Due.UnixMilli())
-		} else {
-			op.fields = codec.StreamFields(st.Copy)
-		}
+		op, ok := s.copyFor(i, st, id, fail)
 		switch {
+		case !ok:
 		case s.sameSlot(op.key):
-			local = append(local, op)
+			p.local = append(p.local, op)
 		case s.copies.has(id):
 			// Written by an earlier call that failed later: only the acknowledgement is left.
-			acks, ackIdx = append(acks, id), append(ackIdx, i)
+			p.ack(id, i)
 		default:
-			remote = append(remote, op)
+			p.remote = append(p.remote, op)
 		}
 	}
+	return p
+}
 
-	// Copies on other slots first; an original is acknowledged only after its copy is written.
-	if len(remote) > 0 {
-		pipe := s.c.Pipeline()
-		for _, op := range remote {
-			addCopy(ctx, pipe, op)
+// copyFor is the copy settlement i writes before its original is acknowledged (requeue, dead
+// letter, durable delay); false, the failure reported, where there is none to write.
+func (s *Source) copyFor(i int, st *engine.Settlement, id string, fail faultFunc) (copyOp, bool) {
+	var op copyOp
+	switch st.Action {
+	case engine.ActRequeue:
+		op = copyOp{key: s.o.Stream}
+	case engine.ActDeadLetter:
+		if st.DeadLetterKey == "" {
+			fail(i, "xadd", "", fmt.Errorf("dead letter for %s: no dead-letter key: %w", id, engine.ErrPermanent))
+			return op, false
 		}
-		cmds, err := execCmds(ctx, pipe)
-		for j, op := range remote {
-			if cerr := cmdErr(cmds, j, err); cerr != nil {
-				fail(op.idx, op.command(), op.key, cerr)
-				continue
-			}
-			s.copies.add(op.id)
-			acks, ackIdx = append(acks, op.id), append(ackIdx, op.idx)
+		op = copyOp{key: st.DeadLetterKey}
+	case engine.ActDelay:
+		if !s.durable {
+			fail(i, "zadd", s.o.DelayKey, fmt.Errorf("delay %s: durable delays are off (delayed_retry = %q): %w",
+				id, s.o.DelayedRetry, engine.ErrUnsupported))
+			return op, false
 		}
+		op = copyOp{key: s.o.DelayKey, zset: true}
+	default:
+		fail(i, "settle", s.o.Stream, fmt.Errorf("settle %s: action %d: %w", id, st.Action, engine.ErrUnsupported))
+		return op, false
 	}
+	if st.Copy == nil {
+		fail(i, op.command(), op.key, fmt.Errorf("%s %s: no copy to write: %w", st.Action, id, engine.ErrPermanent))
+		return op, false
+	}
+	op.idx, op.id = i, id
+	if op.zset {
+		op.member = encodeDelayed(s.o.Stream, id, st.Copy)
+		op.score = float64(st.Due.UnixMilli())
+	} else {
+		op.fields = codec.StreamFields(st.Copy)
+	}
+	return op, true
+}
 
+// writeRemote writes the copies on other slots first, pipelined; an original is acknowledged
+// (added to p's acknowledgements) only after its copy is written.
+func (s *Source) writeRemote(ctx context.Context, p *settlePlan, fail faultFunc) {
+	if len(p.remote) == 0 {
+		return
+	}
+	pipe := s.c.Pipeline()
+	for _, op := range p.remote {
+		addCopy(ctx, pipe, op)
+	}
+	cmds, err := execCmds(ctx, pipe)
+	for j, op := range p.remote {
+		if cerr := cmdErr(cmds, j, err); cerr != nil {
+			fail(op.idx, op.command(), op.key, cerr)
+			continue
+		}
+		s.copies.add(op.id)
+		p.ack(op.id, op.idx)
+	}
+}
+
+// writeLocal sends the acknowledgements and the script of the stream slot's copies in one round
+// trip, and returns the batch indexes settled.
+func (s *Source) writeLocal(ctx context.Context, p settlePlan, fail faultFunc) []int {
 	var done []int
-	if len(acks) > 0 || len(local) > 0 {
-		pipe := s.c.Pipeline()
-		var ack *redis.IntCmd
-		if len(acks) > 0 {
-			ack = pipe.XAck(ctx, s.o.Stream, s.o.Group, acks...)
-		}
-		var script *redis.Cmd
-		keys, args := s.scriptArgs(local)
-		if len(local) > 0 {
-			script = settleScript.EvalSha(ctx, pipe, keys, args...)
-		}
-		err := redisconn.ExecPipe(ctx, pipe)
-		if script != nil && redisconn.IsNoScript(script.Err()) {
-			script = settleScript.Eval(ctx, s.c, keys, args...) // Redis restarted: load it again
-		}
-		if ack != nil {
-			if aerr := redisconn.FirstErr(ack.Err(), err); aerr != nil {
-				for _, i := range ackIdx {
-					fail(i, "xack", s.o.Stream, aerr)
-				}
-			} else {
-				done = append(done, ackIdx...)
+	if len(p.acks) == 0 && len(p.local) == 0 {
+		return nil
+	}
+	pipe := s.c.Pipeline()
+	var ack *redis.IntCmd
+	if len(p.acks) > 0 {
+		ack = pipe.XAck(ctx, s.o.Stream, s.o.Group, p.acks...)
+	}
+	var script *redis.Cmd
+	keys, args := s.scriptArgs(p.local)
+	if len(p.local) > 0 {
+		script = settleScript.EvalSha(ctx, pipe, keys, args...)
+	}
+	err := redisconn.ExecPipe(ctx, pipe)
+	if script != nil && redisconn.IsNoScript(script.Err()) {
+		script = settleScript.Eval(ctx, s.c, keys, args...) // Redis restarted: load it again
+	}
+	if ack != nil {
+		if aerr := redisconn.FirstErr(ack.Err(), err); aerr != nil {
+			for _, i := range p.ackIdx {
+				fail(i, "xack", s.o.Stream, aerr)
 			}
-		}
-		if script != nil {
-			done = s.scriptResults(local, script, err, done, fail)
+		} else {
+			done = append(done, p.ackIdx...)
 		}
 	}
+	if script != nil {
+		done = s.scriptResults(p.local, script, err, done, fail)
+	}
+	return done
+}
 
-	// Untrack what is settled; a failed settlement stays tracked for its resend.
+// untrackSettled untracks what is settled (a failed settlement stays tracked for its resend)
+// and holds what is left pending (ActLeave) until its HoldUntil, if that is after now.
+func (s *Source) untrackSettled(batch []engine.Settlement, done []int, now time.Time) {
 	ids := make([]string, 0, len(done))
 	for _, i := range done {
 		ids = append(ids, tokenID(batch[i].Delivery))
@@ -187,7 +232,6 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 			s.track.hold(tokenID(st.Delivery), st.HoldUntil, now)
 		}
 	}
-	return se.Err()
 }
 
 // scriptArgs lays out the local copies for settleScript: KEYS = the stream, then each distinct
@@ -222,7 +266,7 @@ func (s *Source) scriptArgs(ops []copyOp) ([]string, []any) {
 
 // scriptResults reads settleScript's reply: per copy "ok", "settled" (not pending any more: an
 // earlier call did it) or "COMMAND\tERROR" for the command that failed.
-func (s *Source) scriptResults(ops []copyOp, script *redis.Cmd, pipeErr error, done []int, fail func(int, string, string, error)) []int {
+func (s *Source) scriptResults(ops []copyOp, script *redis.Cmd, pipeErr error, done []int, fail faultFunc) []int {
 	res, err := script.Slice()
 	if err = redisconn.FirstErr(err, pipeErr); err == nil && len(res) != len(ops) {
 		err = fmt.Errorf("settle script: %d results for %d copies", len(res), len(ops))
