@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -61,4 +62,35 @@ func BenchmarkQueueHandOver(b *testing.B) {
 	}
 	q.Close()
 	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "handover-ns/op")
+}
+
+// BenchmarkEngineFlow runs deliveries through the engine under each flow block with the
+// in-process store (100 keys, unique dedupe ids, limits that never bind): the per-delivery cost
+// of flow control's admission and release, without a transport.
+func BenchmarkEngineFlow(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		flow func() *Flow
+	}{
+		{"concurrency_key", func() *Flow { return &Flow{Concurrency: &ConcurrencyKey{Key: headerKey("k"), Limit: 1}} }},
+		{"throttle", func() *Flow {
+			return &Flow{Throttle: &Throttle{Key: headerKey("k"), Limit: 1 << 30, Period: time.Second}}
+		}},
+		{"dedupe", func() *Flow { return &Flow{Dedupe: &Dedupe{Key: headerKey("id"), Window: time.Hour}} }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			ds := deliveries(b.N)
+			for i, d := range ds {
+				d.Headers["k"], d.Headers["id"] = strconv.Itoa(i%100), d.ID
+			}
+			src := &fakeSource{caps: Capabilities{Ack: true}, deliveries: ds, batch: 1000}
+			p := &Pipeline{Name: "p", Source: src, Concurrency: 64, Logger: zerolog.Nop(), Flow: bc.flow(),
+				Handler: HandlerFunc(func(context.Context, *Delivery) Result { return Result{Outcome: Ack()} })}
+			b.ReportAllocs()
+			b.ResetTimer()
+			if err := New(Options{}, p).Run(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
 }

@@ -74,6 +74,9 @@ type flowGate struct {
 	ending    bool // every worker has returned (finish)
 	ended     bool // the loop has returned
 
+	// loopActs and pushActs are the loop's and the pushing goroutine's flowActs, reused.
+	loopActs, pushActs flowActs
+
 	timer    *time.Timer // wakes the loop for a poll, a renewal or the end of a backoff
 	unhook   []func() bool
 	loopDone sync.WaitGroup
@@ -199,7 +202,9 @@ func (g *flowGate) push(ctx context.Context, ds []*Delivery) bool {
 		return true
 	}
 	g.busy = true
-	acts, ok := g.roundLocked(true)
+	acts := &g.pushActs
+	defer acts.reset()
+	ok := g.roundLocked(true, acts)
 	g.busy = false
 	g.idle.Broadcast()
 	g.kickLocked() // the loop sets its clocks by the round
@@ -214,7 +219,7 @@ func (g *flowGate) push(ctx context.Context, ds []*Delivery) bool {
 	}
 	q.admitLocked(acts.start[run:])
 	q.mu.Unlock()
-	g.carry(&acts)
+	g.carry(acts)
 	n := 0
 	if run > 0 {
 		n = q.inline(acts.start[:run])
@@ -328,13 +333,15 @@ func (g *flowGate) stepLocked() time.Duration {
 		// A failed round is not sent again before its backoff, whatever woke the loop.
 		wait, backingOff = d, true
 	} else if work {
-		acts, ok := g.roundLocked(admitting)
+		acts := &g.loopActs
+		ok := g.roundLocked(admitting, acts)
 		if ok {
 			q.admitLocked(acts.start)
 			q.mu.Unlock()
-			g.carry(&acts)
+			g.carry(acts)
 			q.mu.Lock()
 		}
+		acts.reset()
 		switch {
 		case !ok:
 			wait = st.retry.Wait()
@@ -355,13 +362,13 @@ func (g *flowGate) stepLocked() time.Duration {
 
 // roundLocked sends one store round: releases, due renewals and, when admit, admissions. The
 // queue's lock is held on entry and on return, not across the round trip; the caller holds
-// busy. ok reports whether the store answered (a round with nothing to send is answered); the
-// acts are for the caller to carry out, the admitted deliveries to start.
-func (g *flowGate) roundLocked(admit bool) (acts flowActs, ok bool) {
+// busy. ok reports whether the store answered (a round with nothing to send is answered); what
+// its answer asks goes into acts, for the caller to carry out and start.
+func (g *flowGate) roundLocked(admit bool, acts *flowActs) (ok bool) {
 	sent := time.Now()
 	req := g.st.request(sent, admit)
 	if req.empty() {
-		return acts, true
+		return true
 	}
 	g.q.mu.Unlock()
 	err := g.store.Round(g.grace, req.r)
@@ -375,14 +382,14 @@ func (g *flowGate) roundLocked(admit bool) (acts flowActs, ok bool) {
 		g.q.mu.Unlock()
 		g.roundFailed(err, first)
 		g.q.mu.Lock()
-		return acts, false
+		return false
 	}
 	if g.st.roundDone(sent, now) {
 		g.r.log.Info().Msg("flow control: store recovered")
 	}
-	acts = g.st.apply(req, sent, now)
+	g.st.apply(req, sent, now, acts)
 	g.q.unholdLocked(acts.unheld())
-	return acts, true
+	return true
 }
 
 // roundFailed counts and logs (once in a run of failures) a round the store did not answer.
@@ -464,11 +471,12 @@ func (g *flowGate) drain() {
 	g.busy = true
 	g.returnParkedLocked()
 	for len(g.st.releases) > 0 {
-		acts, ok := g.roundLocked(false)
-		if ok {
+		acts := &g.loopActs
+		if g.roundLocked(false, acts) {
 			q.mu.Unlock()
-			g.carry(&acts)
+			g.carry(acts)
 			q.mu.Lock()
+			acts.reset()
 			continue
 		}
 		if g.grace.Err() != nil {

@@ -89,17 +89,15 @@ func chooseAdmits(parked []*flowWait, rel []FlowRelease, heldConc map[string]int
 	return admits
 }
 
-// apply applies the store's answer to a round sent at sent (answered at now) and returns what
-// the engine is to do about it.
-func (s *flowState) apply(q roundReq, sent, now time.Time) flowActs {
-	var acts flowActs
-	s.applyReleases(q, &acts)
-	s.applyRenews(q, sent, &acts)
-	s.applyVerdicts(q, sent, &acts)
+// apply applies the store's answer to a round sent at sent (answered at now) and adds to acts
+// what the engine is to do about it.
+func (s *flowState) apply(q roundReq, sent, now time.Time, acts *flowActs) {
+	s.applyReleases(q, acts)
+	s.applyRenews(q, sent, acts)
+	s.applyVerdicts(q, sent, acts)
 	if s.slots < s.conc && len(q.r.Admits) > 0 {
 		s.admitAt = now.Add(min(s.rtt, flowMaxLinger))
 	}
-	return acts
 }
 
 // applyReleases passes on the decisions of the released deliveries. One whose dedupe key could

@@ -201,7 +201,8 @@ func TestFlowApply(t *testing.T) {
 	q.r.Lost = []int{runnerAt}
 	q.r.Verdicts = []FlowVerdict{{Kind: FlowAdmitted}, {Kind: FlowDuplicate}, {Kind: FlowWait, RetryIn: 500 * time.Microsecond}, {Kind: FlowWait}}
 	q.r.AdmitFaults = []Fault{{Index: 3, Reason: "wrongtype", Permanent: true}}
-	acts := s.apply(q, now, now.Add(time.Millisecond))
+	var acts flowActs
+	s.apply(q, now, now.Add(time.Millisecond), &acts)
 
 	if len(acts.pass) != 1 || len(acts.unsettled) != 1 {
 		t.Fatalf("passed %d, unsettled %d: want the ack marked done passed, the other left unsettled", len(acts.pass), len(acts.unsettled))
@@ -244,7 +245,8 @@ func TestFlowApplyWaitPolls(t *testing.T) {
 	s.nextPoll() // 8ms now
 	q := s.request(time.Now(), true)
 	q.r.Verdicts = []FlowVerdict{{Kind: FlowWait, RetryIn: 3 * time.Millisecond}}
-	if acts := s.apply(q, time.Now(), time.Now()); len(acts.start)+len(acts.dups)+len(acts.failed) != 0 || s.poll != 3*time.Millisecond {
+	var acts flowActs
+	if s.apply(q, time.Now(), time.Now(), &acts); len(acts.start)+len(acts.dups)+len(acts.failed) != 0 || s.poll != 3*time.Millisecond {
 		t.Fatalf("acts %+v, poll %v: want it waiting, polled after 3ms", acts, s.poll)
 	}
 }

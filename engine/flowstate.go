@@ -102,6 +102,20 @@ type flowActs struct {
 	start     []*Delivery // admitted: to the workers
 }
 
+// reset empties the acts, keeping their room for the next round: a round's decisions are
+// many, and a goroutine that sends rounds carries its acts out before the next.
+func (a *flowActs) reset() {
+	clear(a.faults)
+	clear(a.lost)
+	clear(a.failed)
+	clear(a.dups)
+	clear(a.unsettled)
+	clear(a.pass)
+	clear(a.start)
+	*a = flowActs{faults: a.faults[:0], lost: a.lost[:0], failed: a.failed[:0], dups: a.dups[:0],
+		unsettled: a.unsettled[:0], pass: a.pass[:0], start: a.start[:0]}
+}
+
 // unheld is how many of the waiting deliveries the acts decided without a handler: they stop
 // counting against the read-ahead bound.
 func (a *flowActs) unheld() int { return len(a.dups) + len(a.failed) }
