@@ -37,3 +37,20 @@ func TestDocumentedPipelineDefaultsAreDecoded(t *testing.T) {
 		t.Errorf("max_attempts %d, dead_letter %q: want no cap, none", pl.MaxAttempts, pl.DeadLetter)
 	}
 }
+
+// A flow-control block that leaves lease out gets the lease the reference shows, the engine's.
+func TestDocumentedLeaseIsDecoded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.hcl")
+	src := "pipeline \"p\" {\n  source \"pipe\" {}\n  out_retry = \"r\"\n  concurrency_key {\n    key   = \"key\"\n    limit = 1\n  }\n  dedupe {\n    key    = \"key\"\n    window = \"1h\"\n  }\n  rule \"r\" {\n    outcome = \"ack\"\n  }\n}\n"
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, diags := Load([]string{path}, Options{Hostname: "h"})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	f := cfg.Pipelines[0].Flow
+	if f.Concurrency.Lease != leaseAttr.Value || f.Dedupe.Lease != leaseAttr.Value || leaseAttr.Value != engine.DefaultLease {
+		t.Errorf("leases %v, %v; the reference says %s, the engine's is %v", f.Concurrency.Lease, f.Dedupe.Lease, leaseAttr.Default, engine.DefaultLease)
+	}
+}

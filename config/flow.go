@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/rules"
 	"github.com/flowrun/flowrun/schema"
 )
@@ -45,8 +46,9 @@ type Dedupe struct {
 	DeclRange hcl.Range
 }
 
-// DefaultLease is how long a crashed process can keep a concurrency key or a dedupe claim.
-const DefaultLease = 30 * time.Second
+// DefaultLease is how long a crashed process can keep a concurrency key or a dedupe claim: the
+// engine's, which the lease attribute's declaration holds.
+const DefaultLease = engine.DefaultLease
 
 // Lease is the shortest lease of the blocks that take one.
 func (f *Flow) Lease() time.Duration {
@@ -83,24 +85,31 @@ func (f *Flow) Blocks() int {
 
 // The flow-control blocks (SPEC §13), documented; flowBlockSchemas decodes them.
 var (
-	leaseAttr = schema.Attr{Name: "lease", Type: "duration", Default: schema.Value(DefaultLease),
-		Doc: "How long a key stays taken by a process that stopped renewing it (it crashed). A running handler's lease is renewed every third of it and released the moment the handler finishes."}
+	leaseAttr = schema.Duration("lease").WithDefault(DefaultLease).
+			Describe("How long a key stays taken by a process that stopped renewing it (it crashed). A running handler's lease is renewed every third of it and released the moment the handler finishes.")
 	concurrencyKeyBody = &schema.Body{Attrs: []schema.Attr{
 		{Name: "key", Type: "expression", Required: true, Doc: "The key value: an expression over the rules' environment (`\"payload.customer\"`), its result as a string. An error or `nil` counts as `retry`."},
-		{Name: "limit", Type: "number", Required: true, Doc: "Handlers at once per key value. `1` also runs one key's deliveries in the order they were read, within one process (across processes there is no order)."},
+		schema.Count("limit").Require().Describe("Handlers at once per key value. `1` also runs one key's deliveries in the order they were read, within one process (across processes there is no order)."),
 		leaseAttr,
 	}}
 	throttleBody = &schema.Body{Attrs: []schema.Attr{
-		{Name: "limit", Type: "number", Required: true, Doc: "Handler starts per `period` (a sliding window)."},
-		{Name: "period", Type: "duration", Required: true, Doc: "The window `limit` counts starts in."},
+		schema.Count("limit").Require().Describe("Handler starts per `period` (a sliding window)."),
+		schema.Duration("period").Require().Describe("The window `limit` counts starts in."),
 		{Name: "key", Type: "expression", Default: "one budget for the pipeline", Doc: "A budget per key value: an expression, its result as a string. An error or `nil` counts as `retry`."},
 	}}
 	dedupeBody = &schema.Body{Attrs: []schema.Attr{
 		{Name: "key", Type: "expression", Required: true, Doc: "The key value: an expression (`\"payload.order_id\"`), its result as a string. An error or `nil` counts as `retry`."},
-		{Name: "window", Type: "duration", Required: true, Doc: "How long a key stays done after its message was acknowledged or dropped. A retry or dead letter releases the key."},
+		schema.Duration("window").Require().Describe("How long a key stays done after its message was acknowledged or dropped. A retry or dead letter releases the key."),
 		leaseAttr,
 	}}
 )
+
+// flowBodies are the flow-control blocks' bodies by block type.
+var flowBodies = map[string]*schema.Body{
+	"concurrency_key": concurrencyKeyBody,
+	"throttle":        throttleBody,
+	"dedupe":          dedupeBody,
+}
 
 var flowBlockSchemas = map[string]*hcl.BodySchema{
 	"concurrency_key": concurrencyKeyBody.HCL(),
@@ -131,33 +140,32 @@ func (d *fileDecoder) decodeFlowBlocks(blocks []*hcl.Block) (*Flow, hcl.Diagnost
 		content, ds := b.Body.Content(flowBlockSchemas[b.Type])
 		diags = append(diags, ds...)
 		attrs := content.Attributes
-		in := "in a " + b.Type + " block"
+		v := d.values(attrs, flowBodies[b.Type].Attrs, &diags)
+		// required reads a required attribute, reporting it at the block's header when missing.
+		required := func(name string) {
+			if v.Get(name); !v.Written(name) {
+				diags = append(diags, missingArg(b, name, "in a "+b.Type+" block"))
+			}
+		}
 		switch b.Type {
 		case "concurrency_key":
-			c := &ConcurrencyKey{Lease: DefaultLease, DeclRange: b.DefRange}
+			c := &ConcurrencyKey{DeclRange: b.DefRange}
 			c.Key = d.flowKey(b, attrs, true, &diags)
-			if !opt(attrs, "limit", d.count, &c.Limit, &diags) {
-				diags = append(diags, missingArg(b, "limit", in))
-			}
-			opt(attrs, "lease", d.dec().PositiveDuration, &c.Lease, &diags)
+			required("limit")
+			c.Limit, c.Lease = v.Int("limit"), v.Duration("lease")
 			f.Concurrency = c
 		case "throttle":
 			t := &Throttle{DeclRange: b.DefRange}
 			t.Key = d.flowKey(b, attrs, false, &diags)
-			if !opt(attrs, "limit", d.count, &t.Limit, &diags) {
-				diags = append(diags, missingArg(b, "limit", in))
-			}
-			if !opt(attrs, "period", d.dec().PositiveDuration, &t.Period, &diags) {
-				diags = append(diags, missingArg(b, "period", in))
-			}
+			required("limit")
+			required("period")
+			t.Limit, t.Period = v.Int("limit"), v.Duration("period")
 			f.Throttle = t
 		case "dedupe":
-			x := &Dedupe{Lease: DefaultLease, DeclRange: b.DefRange}
+			x := &Dedupe{DeclRange: b.DefRange}
 			x.Key = d.flowKey(b, attrs, true, &diags)
-			if !opt(attrs, "window", d.dec().PositiveDuration, &x.Window, &diags) {
-				diags = append(diags, missingArg(b, "window", in))
-			}
-			opt(attrs, "lease", d.dec().PositiveDuration, &x.Lease, &diags)
+			required("window")
+			x.Window, x.Lease = v.Duration("window"), v.Duration("lease")
 			f.Dedupe = x
 		}
 	}
