@@ -43,7 +43,7 @@ func init() {
 		Doc:       "runs a command per message, payload on stdin; exit 0 acks, 75 retries, others dead-letter",
 		Validate:  validateExec,
 		Provision: newExecHandler,
-		mock:      decodeExecMock,
+		Mock:      builtinMock{name: "exec", decode: decodeExecMock},
 	})
 }
 

@@ -80,10 +80,10 @@ type Spec[C any] struct {
 	// Close but never Start. Keep slow I/O (dialing) for Start. An error stops the run before
 	// anything is consumed; release what was acquired before returning it.
 	Provision func(ctx context.Context, c C, env Env) (Handler, error)
-
-	// mock decodes a test's `mock {}` block (SPEC §9) for a handler that talks to the outside
-	// world: set by the built-in http and exec handlers only.
-	mock func(body hcl.Body, ctx *hcl.EvalContext, rng hcl.Range) (mock, hcl.Diagnostics)
+	// Mock, for a handler that talks to the outside world, lets a test of a pipeline with it
+	// have a `mock {}` block (SPEC §9) whose decoded value reaches Provision as Env.Mock: a
+	// MockSpec, usually. Nil: a test runs the handler as compiled, and a mock block is an error.
+	Mock Mocker
 }
 
 // Env is what Provision is given besides the config.
@@ -93,6 +93,11 @@ type Env struct {
 	// Logger is scoped to this pipeline and handler: it already carries the pipeline, source
 	// and handler fields. Log with it, never with a global logger.
 	Logger zerolog.Logger
+
+	// Mock is what the test's mock block decoded into (Spec.Mock's DecodeMock), when `flowrun
+	// test` provisions the handler for a test that has one; nil otherwise. Provision then builds
+	// a handler that talks to it instead of the outside world.
+	Mock any
 
 	dir string // the directory of the HCL file that declares the handler
 
@@ -127,14 +132,20 @@ func Register[C any](s Spec[C]) {
 			panic(fmt.Sprintf("plugins: Register %q: %v", s.Name, err))
 		}
 	}
-	p := handlers.Plugin{Name: s.Name, Doc: s.Doc, Decode: s.decode, Body: s.Body, MockBody: mockBodies[s.Name]}
-	if s.mock != nil {
+	p := handlers.Plugin{Name: s.Name, Doc: s.Doc, Decode: s.decode, Body: s.Body}
+	if s.Mock != nil {
+		if c, ok := s.Mock.(interface{ check() error }); ok {
+			if err := c.check(); err != nil {
+				panic(fmt.Sprintf("plugins: Register %q: %v", s.Name, err))
+			}
+		}
+		p.MockBody = s.Mock.MockBody()
 		p.DecodeMock = func(body hcl.Body, ctx *hcl.EvalContext, rng hcl.Range) (handlers.Mock, hcl.Diagnostics) {
-			m, diags := s.mock(body, ctx, rng)
-			if m == nil {
+			v, diags := s.Mock.DecodeMock(body, ctx, rng)
+			if v == nil {
 				return nil, diags // never a typed nil in the interface
 			}
-			return m, diags
+			return decodedMock{handler: s.Name, v: v}, diags
 		}
 	}
 	handlers.Register(p)
@@ -208,11 +219,14 @@ func (d *decoded[C]) Provision(ctx context.Context, env handlers.Env) (handlers.
 	if env.Mock != nil {
 		// Only this handler's own kind of mock: an exec handler given an http mock would run
 		// the real process.
-		m, ok := env.Mock.(mock)
-		if !ok || d.spec.mock == nil || m.handler() != d.spec.Name {
+		m, ok := env.Mock.(decodedMock)
+		if !ok || d.spec.Mock == nil || m.handler != d.spec.Name {
 			return nil, fmt.Errorf("handler %q cannot be mocked with %s", d.spec.Name, env.Mock)
 		}
-		m.install(&penv)
+		penv.Mock = m.v
+		if in, ok := m.v.(interface{ install(*Env) }); ok {
+			in.install(&penv) // a built-in's mock stands in for its transport or process
+		}
 	}
 	h, err := d.provision(ctx, penv)
 	if err != nil {

@@ -48,7 +48,7 @@ func init() {
 		Doc:       "sends each message to an HTTP endpoint; 2xx acks, 429 and 5xx retry later, other statuses dead-letter",
 		Validate:  validateHTTP,
 		Provision: newHTTPHandler,
-		mock:      decodeHTTPMock,
+		Mock:      builtinMock{name: "http", decode: decodeHTTPMock},
 	})
 }
 
