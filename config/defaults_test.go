@@ -54,3 +54,19 @@ func TestDocumentedLeaseIsDecoded(t *testing.T) {
 		t.Errorf("leases %v, %v; the reference says %s, the engine's is %v", f.Concurrency.Lease, f.Dedupe.Lease, leaseAttr.Default, engine.DefaultLease)
 	}
 }
+
+// A telemetry block that leaves sample_ratio out samples what the reference says.
+func TestDocumentedSampleRatioIsDecoded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.hcl")
+	src := "telemetry {}\npipeline \"p\" {\n  source \"pipe\" {}\n  out_retry = \"r\"\n  rule \"r\" {\n    outcome = \"ack\"\n  }\n}\n"
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, diags := Load([]string{path}, Options{Hostname: "h"})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if a, _ := telemetryBody.Attr("sample_ratio"); cfg.Telemetry.SampleRatio != a.Value {
+		t.Errorf("sample_ratio = %v, the reference says %s", cfg.Telemetry.SampleRatio, a.Default)
+	}
+}

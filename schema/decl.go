@@ -13,6 +13,7 @@ const (
 	KindNone      Kind = iota // declared as prose only; its block decodes it
 	KindString                // a string
 	KindInt                   // a whole number
+	KindNumber                // any number, as a float64
 	KindBool                  // a bool
 	KindDuration              // a Go duration string ("250ms", "30s", "1h")
 	KindPath                  // a non-empty string resolved against the HCL file's folder
@@ -24,6 +25,7 @@ const (
 var typeText = map[Kind]string{
 	KindString:    "string",
 	KindInt:       "number",
+	KindNumber:    "number",
 	KindBool:      "bool",
 	KindDuration:  "duration",
 	KindPath:      "path",
@@ -49,6 +51,9 @@ func Int(name string) Attr {
 	a.min = minIntUnset
 	return a
 }
+
+// Number declares a number attribute, decoded as a float64.
+func Number(name string) Attr { return typed(name, KindNumber) }
 
 // Count declares a whole number of at least 1 (batch, concurrency).
 func Count(name string) Attr { return Int(name).Min(1) }
@@ -131,6 +136,8 @@ func (a Attr) check(v any) error {
 		_, ok = v.(string)
 	case KindInt:
 		_, ok = v.(int)
+	case KindNumber:
+		_, ok = v.(float64)
 	case KindBool:
 		_, ok = v.(bool)
 	case KindDuration:
@@ -155,6 +162,8 @@ func (a Attr) Zero() any {
 		return ""
 	case KindInt:
 		return 0
+	case KindNumber:
+		return float64(0)
 	case KindBool:
 		return false
 	case KindDuration:

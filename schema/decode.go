@@ -131,6 +131,13 @@ func (a Attr) decode(attr *hcl.Attribute, env Env) (any, hcl.Diagnostics) {
 		return hclutil.ResolvePath(env.Dir, p), diags
 	case KindInt:
 		return d.Integer(attr, a.min)
+	case KindNumber:
+		cv, diags := d.Value(attr, cty.Number, "a number")
+		if cv == cty.NilVal || !cv.IsKnown() {
+			return float64(0), diags
+		}
+		f, _ := cv.AsBigFloat().Float64()
+		return f, diags
 	case KindBool:
 		return d.Bool(attr)
 	case KindDuration:
@@ -185,6 +192,9 @@ func (v *Values) String(name string) string { s, _ := v.Get(name).(string); retu
 
 // Int is an Int attribute's value.
 func (v *Values) Int(name string) int { n, _ := v.Get(name).(int); return n }
+
+// Number is a Number attribute's value.
+func (v *Values) Number(name string) float64 { f, _ := v.Get(name).(float64); return f }
 
 // Bool is a Bool attribute's value.
 func (v *Values) Bool(name string) bool { b, _ := v.Get(name).(bool); return b }
