@@ -79,8 +79,9 @@ func (r *runner) snapshots(done <-chan struct{}) {
 	}
 }
 
-// Status reports every pipeline this engine has started, in name order: one that stopped stays
-// until another of its name starts.
+// Status reports the pipelines of the registry, in name order: those running or stopping, and
+// those that ended on their own (input done, or failed), shown stopped until Stop or another
+// of their name starts. A pipeline Stop stopped (a reload removed or changed it) is not shown.
 func (e *Engine) Status() []PipelineStatus {
 	rs := e.runners()
 	sort.Slice(rs, func(i, j int) bool { return rs[i].p.Name < rs[j].p.Name })
