@@ -32,13 +32,22 @@ var messageBody = &schema.Body{Attrs: []schema.Attr{
 	{Name: "payload", Type: "string or any value", Default: "empty", Doc: "A string is the payload's bytes; any other value (`{ id = 1 }`) is written as its JSON text."},
 	{Name: "headers", Type: "map of strings", Doc: "The message's headers."},
 	{Name: "key", Type: "string", Default: "the source's key (its stream, list, only channel or key filter)", Doc: "The message's key."},
-	{Name: "attempt", Type: "number", Default: schema.Value(1), Doc: "The attempt number the handler sees (`attempt` in rules)."},
+	testAttemptAttr,
 }}
+
+// testAttemptAttr is a test message's attempt; its default is also a test's without a message.
+var testAttemptAttr = schema.Count("attempt").WithDefault(1).Describe("The attempt number the handler sees (`attempt` in rules).")
+
+// delayBoundAttrs are an expect block's min_delay and max_delay.
+var delayBoundAttrs = []schema.Attr{
+	schema.Duration("min_delay").AllowZero().WithDefault(time.Duration(0)).Describe("With `outcome = \"retry_after\"`: the shortest delay that passes."),
+	schema.Duration("max_delay").AllowZero().Describe("With `outcome = \"retry_after\"`: the longest delay that passes."),
+}
 
 var expectBody = &schema.Body{Attrs: []schema.Attr{
 	{Name: "outcome", Type: "string", Doc: "The expected outcome as a rule writes it: `\"ack\"`, `\"drop\"`, `\"retry\"`, `\"retry_after('5s')\"`, or `\"retry_after\"` for any delay; `\"dead_letter\"` for a Go handler that dead-letters. Required, unless the test checks flow-control keys only."},
-	{Name: "min_delay", Type: "duration", Default: schema.Value("0s"), Doc: "With `outcome = \"retry_after\"`: the shortest delay that passes."},
-	{Name: "max_delay", Type: "duration", Doc: "With `outcome = \"retry_after\"`: the longest delay that passes."},
+	delayBoundAttrs[0],
+	delayBoundAttrs[1],
 	{Name: "reason", Type: "string", Doc: "With `outcome = \"dead_letter\"`: text the dead-letter reason must contain."},
 	{Name: "emits", Type: "list of objects", Doc: "The expected emits, in order: `[{ kind = \"stream\", key = \"done\", payload = \"...\" }]` (`payload` optional, compared as JSON when it is JSON). `emits = []` asserts that nothing is emitted."},
 	{Name: "key", Type: "string", Doc: "The flow-control key value of the pipeline's one flow-control block (`concurrency_key`, `throttle` or `dedupe`) for the test's message."},
@@ -57,7 +66,7 @@ var expectEmitFields = []string{"kind", "key", "payload"}
 
 // decodeTestBlock decodes `test "NAME" {}` (SPEC §9). Its pipeline is resolved in the merge pass.
 func (d *fileDecoder) decodeTestBlock(block *hcl.Block) (*Test, hcl.Diagnostics) {
-	t := &Test{Name: block.Labels[0], DeclRange: block.DefRange, Message: TestMessage{Attempt: 1}}
+	t := &Test{Name: block.Labels[0], DeclRange: block.DefRange, Message: TestMessage{Attempt: testAttemptAttr.Value.(int)}}
 	content, diags := block.Body.Content(testSchema)
 
 	if a, ok := content.Attributes["pipeline"]; ok {
@@ -142,7 +151,9 @@ func (d *fileDecoder) decodeTestMessage(block *hcl.Block, t *Test) hcl.Diagnosti
 		diags = append(diags, ds...)
 		m.Key, t.keySet = v, true
 	}
-	opt(content.Attributes, "attempt", d.count, &m.Attempt, &diags)
+	if v := d.values(content.Attributes, []schema.Attr{testAttemptAttr}, &diags); v.Written("attempt") {
+		m.Attempt = v.Int("attempt")
+	}
 	return diags
 }
 
@@ -183,13 +194,13 @@ func (d *fileDecoder) decodeTestExpect(block *hcl.Block, e *TestExpect) hcl.Diag
 
 	// min_delay and max_delay bound a retry_after written without a duration.
 	var minAttr *hcl.Attribute
+	bounds := d.values(content.Attributes, delayBoundAttrs, &diags)
 	for _, name := range []string{"min_delay", "max_delay"} {
-		a, ok := content.Attributes[name]
-		if !ok {
+		a := bounds.Attr(name)
+		if a == nil {
 			continue
 		}
-		dur, ds := d.nonNegativeDuration(a)
-		diags = append(diags, ds...)
+		dur := bounds.Duration(name)
 		switch {
 		case parsed && e.Want.Kind != engine.KindRetryAfter:
 			diags = append(diags, notHere(a, fmt.Sprintf(
@@ -198,7 +209,7 @@ func (d *fileDecoder) decodeTestExpect(block *hcl.Block, e *TestExpect) hcl.Diag
 			diags = append(diags, notHere(a, fmt.Sprintf(
 				`%q bounds a retry_after written without a duration; %q expects exactly %s. Write outcome = "retry_after" to accept any delay within the bounds.`,
 				name, e.Outcome, e.Want.Delay)))
-		case ds.HasErrors():
+		case !bounds.OK(name):
 		case name == "min_delay":
 			e.MinDelay, minAttr = dur, a
 		default:

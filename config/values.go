@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
@@ -33,19 +32,6 @@ func (d *fileDecoder) nonEmpty(attr *hcl.Attribute) (string, hcl.Diagnostics) {
 }
 
 func (d *fileDecoder) boolean(attr *hcl.Attribute) (bool, hcl.Diagnostics) { return d.dec().Bool(attr) }
-
-// count decodes a whole number of at least 1 (batch, concurrency, max_attempts, attempt).
-func (d *fileDecoder) count(attr *hcl.Attribute) (int, hcl.Diagnostics) { return d.integer(attr, 1) }
-
-// integer decodes a whole number of at least min.
-func (d *fileDecoder) integer(attr *hcl.Attribute, min int) (int, hcl.Diagnostics) {
-	return d.dec().Integer(attr, min)
-}
-
-// nonNegativeDuration decodes a duration of zero or more (shutdown_timeout).
-func (d *fileDecoder) nonNegativeDuration(attr *hcl.Attribute) (time.Duration, hcl.Diagnostics) {
-	return d.dec().NonNegativeDuration(attr)
-}
 
 // strList decodes a non-empty list of non-empty strings.
 func (d *fileDecoder) strList(attr *hcl.Attribute) ([]string, hcl.Diagnostics) {
