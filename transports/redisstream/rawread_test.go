@@ -238,3 +238,27 @@ func TestRawReadsWithoutPing(t *testing.T) {
 		}
 	}
 }
+
+// The bare read's parse alone, no Redis: a reply of 1000 payload-only entries into deliveries
+// (`go test -run '^$' -bench RawParse ./transports/redisstream/`; 3 allocations an entry).
+func BenchmarkRawParse(b *testing.B) {
+	var sb strings.Builder
+	const n = 1000
+	fmt.Fprintf(&sb, "*1\r\n*2\r\n$1\r\ns\r\n*%d\r\n", n)
+	for i := range n {
+		id := fmt.Sprintf("1796163070146-%d", i)
+		p := fmt.Sprintf(`{"id":%d,"amount":37.5,"currency":"USD","customer":"c01"}`, i)
+		fmt.Fprintf(&sb, "*2\r\n$%d\r\n%s\r\n*2\r\n$7\r\npayload\r\n$%d\r\n%s\r\n", len(id), id, len(p), p)
+	}
+	reply := sb.String()
+	src := &Source{o: Options{Kind: KindStream, Stream: "s"}}
+	rd := strings.NewReader(reply)
+	b.ReportAllocs()
+	for b.Loop() {
+		rd.Reset(reply)
+		r := &rawRead{rd: resp.NewReader(rd, 32<<10), most: n}
+		if ds, _, err := r.streamReply(src); err != nil || len(ds) != n {
+			b.Fatal(len(ds), err)
+		}
+	}
+}
