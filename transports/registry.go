@@ -11,8 +11,10 @@
 // FlowStoreProvider (where flow control keeps its state), TraceCarrier (the messaging system of
 // its spans), ClusterChecker (load-time Redis Cluster checks), StdinReader, Inspector (flowrun
 // inspect), DeadLetterStore (flowrun dlq), DeadLetterLocator, and the registry's lifecycle
-// interfaces (registry.Validator at load, registry.Provisioner and registry.CleanerUpper around a
-// run). An emit kind declares what its block takes and a sink constructor.
+// interfaces registry.Provisioner and registry.CleanerUpper, called around a run. (A Config need
+// not be a registry.Validator: it reports its mistakes in Decode, with positions; the Validate
+// of a built-in's Options is the transport's own guard at Build.) An emit kind declares what its
+// block takes and a sink constructor.
 //
 // The built-in transports register themselves when package transports/builtin is imported;
 // package cli imports it, so a custom binary whose main calls cli.Main has them, and a new
