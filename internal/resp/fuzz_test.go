@@ -25,8 +25,9 @@ import (
 // go-redis's parser (internal/proto) cannot be imported, so the bytes reach it the way a reply
 // does: a go-redis client whose Dialer returns one end of a net.Pipe, served by fakeServer,
 // which refuses HELLO (go-redis then stays on RESP2, as for a server before Redis 6) and answers
-// the command with the bytes. No redis-server: a real one sends only well-formed replies, and
-// the point is the malformed ones.
+// the command with the bytes. No redis-server here: a real one sends only well-formed replies,
+// and the point is the malformed ones (TestRealRepliesAgainstGoRedis feeds both parsers the
+// bytes of a real one's).
 //
 // Where this package accepts a reply, go-redis must accept it and read the same values; where
 // this package reads an error reply, go-redis must report the same error. The other way round is
@@ -145,7 +146,7 @@ const fuzzMost = 1000
 // parseOurs reads reply as the stream transport does; a small buffer, fed a byte at a time, so
 // that strings longer than it and replies that come in pieces are read too.
 func parseOurs(cmd, reply string) (p parsed) {
-	r := NewReader(iotest.OneByteReader(strings.NewReader(reply)), 64)
+	r := NewReader(iotest.OneByteReader(strings.NewReader(reply)), 128)
 	var n int
 	var deleted bool
 	switch cmd {
