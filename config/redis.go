@@ -12,10 +12,10 @@ import (
 // redisBody is `redis "NAME" {}`, documented; redisSchema decodes it.
 var redisBody = &schema.Body{
 	Attrs: []schema.Attr{
-		{Name: "url", Type: "string", Doc: "A standalone Redis: `redis://[USER:PASSWORD@]HOST:PORT[/DB]`, `rediss://…` for TLS, or `unix:///PATH/redis.sock[?db=N]`. Exactly one of `url`, `cluster` or a `sentinel` block."},
-		{Name: "cluster", Type: "list of strings", Doc: "A Redis Cluster: `HOST:PORT` seed nodes (`[\"10.0.0.1:7000\", \"10.0.0.2:7000\"]`); the rest of the cluster is discovered from them."},
-		{Name: "username", Type: "string", Doc: "The ACL user (`AUTH username password`), for every form; it overrides a user written in `url`."},
-		{Name: "password", Type: "string", Doc: "The password, for every form; it overrides one written in `url`. Never logged or printed: write `env(\"REDIS_PASSWORD\")` rather than the password itself."},
+		schema.String("url").NonEmpty().Describe("A standalone Redis: `redis://[USER:PASSWORD@]HOST:PORT[/DB]`, `rediss://…` for TLS, or `unix:///PATH/redis.sock[?db=N]`. Exactly one of `url`, `cluster` or a `sentinel` block."),
+		schema.Strings("cluster").Describe("A Redis Cluster: `HOST:PORT` seed nodes (`[\"10.0.0.1:7000\", \"10.0.0.2:7000\"]`); the rest of the cluster is discovered from them."),
+		schema.String("username").Describe("The ACL user (`AUTH username password`), for every form; it overrides a user written in `url`."),
+		schema.String("password").Describe("The password, for every form; it overrides one written in `url`. Never logged or printed: write `env(\"REDIS_PASSWORD\")` rather than the password itself."),
 	},
 	Blocks: []schema.Block{
 		{Type: "sentinel", Occurs: "optional", Body: sentinelBody, Doc: "A Redis behind Sentinel, instead of `url` or `cluster`: flowrun asks the sentinels for the master's address whenever it connects and follows their `+switch-master` announcements."},
@@ -24,18 +24,18 @@ var redisBody = &schema.Body{
 }
 
 var sentinelBody = &schema.Body{Attrs: []schema.Attr{
-	{Name: "master", Type: "string", Required: true, Doc: "The master's name, as the sentinels know it (`mymaster`)."},
-	{Name: "addrs", Type: "list of strings", Required: true, Doc: "The sentinels, `HOST:PORT` (`[\"10.0.0.1:26379\"]`)."},
-	{Name: "username", Type: "string", Doc: "The ACL user for the sentinels themselves; the redis block's `username` is for the data nodes."},
-	{Name: "password", Type: "string", Doc: "The password for the sentinels themselves; never logged."},
+	schema.String("master").NonEmpty().Require().Describe("The master's name, as the sentinels know it (`mymaster`)."),
+	schema.Strings("addrs").Require().Describe("The sentinels, `HOST:PORT` (`[\"10.0.0.1:26379\"]`)."),
+	schema.String("username").Describe("The ACL user for the sentinels themselves; the redis block's `username` is for the data nodes."),
+	schema.String("password").Describe("The password for the sentinels themselves; never logged."),
 }}
 
 var tlsBody = &schema.Body{Attrs: []schema.Attr{
-	{Name: "ca_file", Type: "path", Default: "the system's roots", Doc: "PEM file of the certificate authorities that sign the server's certificate, relative to the HCL file."},
-	{Name: "cert_file", Type: "path", Doc: "PEM client certificate, for servers that require one (`tls-auth-clients yes`); needs `key_file`."},
-	{Name: "key_file", Type: "path", Doc: "PEM private key of `cert_file`; needs `cert_file`."},
-	{Name: "server_name", Type: "string", Default: "the host of the address", Doc: "The name the server's certificate must carry, when it differs from the host dialled."},
-	{Name: "insecure_skip_verify", Type: "bool", Default: schema.Value(false), Doc: "Accept any server certificate. For tests only: it gives up the protection TLS is for."},
+	schema.Path("ca_file").DefaultDoc("the system's roots").Describe("PEM file of the certificate authorities that sign the server's certificate, relative to the HCL file."),
+	schema.Path("cert_file").Describe("PEM client certificate, for servers that require one (`tls-auth-clients yes`); needs `key_file`."),
+	schema.Path("key_file").Describe("PEM private key of `cert_file`; needs `cert_file`."),
+	schema.String("server_name").DefaultDoc("the host of the address").Describe("The name the server's certificate must carry, when it differs from the host dialled."),
+	schema.Bool("insecure_skip_verify").WithDefault(false).Describe("Accept any server certificate. For tests only: it gives up the protection TLS is for."),
 }}
 
 var (
@@ -48,26 +48,23 @@ var (
 func (d *fileDecoder) decodeRedisBlock(block *hcl.Block) (*Redis, hcl.Diagnostics) {
 	r := &Redis{Name: block.Labels[0], DeclRange: block.DefRange}
 	content, diags := block.Body.Content(redisSchema)
+	v := d.values(content.Attributes, redisBody.Attrs, &diags)
 
 	// The address forms, in the order written, to name the first one on a conflict.
 	var forms []namedRange
-	if a, ok := content.Attributes["url"]; ok {
+	if a := v.Attr("url"); a != nil {
 		forms = append(forms, namedRange{"url", a.NameRange})
-		s, ds := d.nonEmpty(a)
-		diags = append(diags, ds...)
-		if !ds.HasErrors() {
-			if u, err := url.Parse(s); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
+		r.URL = v.String("url")
+		if v.OK("url") {
+			if u, err := url.Parse(r.URL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
 				// The URL is not echoed: it may carry a password.
 				diags = append(diags, invalidValue(a, `"url" must be a redis://, rediss:// or unix:// URL.`))
 			}
 		}
-		r.URL = s
 	}
-	if a, ok := content.Attributes["cluster"]; ok {
+	if a := v.Attr("cluster"); a != nil {
 		forms = append(forms, namedRange{"cluster", a.NameRange})
-		l, ds := d.strList(a)
-		diags = append(diags, ds...)
-		r.Cluster = l
+		r.Cluster = v.Strings("cluster")
 	}
 	for _, b := range content.Blocks {
 		switch b.Type {
@@ -112,44 +109,37 @@ func (d *fileDecoder) decodeRedisBlock(block *hcl.Block) (*Redis, hcl.Diagnostic
 		})
 	}
 
-	opt(content.Attributes, "username", d.str, &r.Username, &diags)
-	opt(content.Attributes, "password", d.str, &r.Password, &diags)
+	r.Username, r.Password = v.String("username"), v.String("password")
 	return r, diags
 }
 
 func (d *fileDecoder) decodeSentinelBlock(block *hcl.Block) (*Sentinel, hcl.Diagnostics) {
 	s := &Sentinel{}
 	content, diags := block.Body.Content(sentinelSchema)
-	if !opt(content.Attributes, "master", d.nonEmpty, &s.Master, &diags) {
+	v := d.values(content.Attributes, sentinelBody.Attrs, &diags)
+	s.Master = v.String("master")
+	if !v.Written("master") {
 		diags = append(diags, missingArg(block, "master", "in a sentinel block"))
 	}
-	if !opt(content.Attributes, "addrs", d.strList, &s.Addrs, &diags) {
+	s.Addrs = v.Strings("addrs")
+	if !v.Written("addrs") {
 		diags = append(diags, missingArg(block, "addrs", "in a sentinel block"))
 	}
-	opt(content.Attributes, "username", d.str, &s.Username, &diags)
-	opt(content.Attributes, "password", d.str, &s.Password, &diags)
+	s.Username, s.Password = v.String("username"), v.String("password")
 	return s, diags
 }
 
 func (d *fileDecoder) decodeTLSBlock(block *hcl.Block) (*TLS, hcl.Diagnostics) {
-	t := &TLS{}
 	content, diags := block.Body.Content(tlsSchema)
-	path := func(name string, dst *string) {
-		if a, ok := content.Attributes[name]; ok {
-			v, ds := d.nonEmpty(a)
-			diags = append(diags, ds...)
-			if !ds.HasErrors() {
-				*dst = resolvePath(d.dir, v)
-			}
-		}
+	v := d.values(content.Attributes, tlsBody.Attrs, &diags)
+	t := &TLS{
+		CAFile:             v.String("ca_file"),
+		CertFile:           v.String("cert_file"),
+		KeyFile:            v.String("key_file"),
+		ServerName:         v.String("server_name"),
+		InsecureSkipVerify: v.Bool("insecure_skip_verify"),
 	}
-	path("ca_file", &t.CAFile)
-	path("cert_file", &t.CertFile)
-	path("key_file", &t.KeyFile)
-	opt(content.Attributes, "server_name", d.str, &t.ServerName, &diags)
-	opt(content.Attributes, "insecure_skip_verify", d.boolean, &t.InsecureSkipVerify, &diags)
-	_, hasCert := content.Attributes["cert_file"]
-	_, hasKey := content.Attributes["key_file"]
+	hasCert, hasKey := v.Written("cert_file"), v.Written("key_file")
 	if hasCert && !hasKey {
 		diags = append(diags, missingArg(block, "key_file", "in a tls block with a cert_file"))
 	}
