@@ -105,20 +105,13 @@ func TestRawReadsAfterSetup(t *testing.T) {
 // A reply that arrives in pieces (one byte at a time, or half of what is asked for) parses as
 // one that arrives whole: nothing is read from the buffer after a later read has refilled it.
 func TestRawReplyInPieces(t *testing.T) {
-	var b strings.Builder
 	const n = 1000
-	fmt.Fprintf(&b, "*1\r\n*2\r\n$1\r\ns\r\n*%d\r\n", n)
-	for i := range n {
-		id := fmt.Sprintf("1796163070146-%d", i)
-		p := fmt.Sprintf(`{"id":%d,"amount":37.5,"currency":"USD","customer":"c01"}`, i)
-		fmt.Fprintf(&b, "*2\r\n$%d\r\n%s\r\n*4\r\n$1\r\nk\r\n$%d\r\n%s\r\n$7\r\npayload\r\n$%d\r\n%s\r\n",
-			len(id), id, len(id), id, len(p), p)
-	}
+	reply := streamReplyOf(n, true)
 	src := &Source{o: Options{Kind: KindStream, Stream: "s"}}
 	for name, rd := range map[string]io.Reader{
-		"whole":    strings.NewReader(b.String()),
-		"one byte": iotest.OneByteReader(strings.NewReader(b.String())),
-		"halves":   iotest.HalfReader(strings.NewReader(b.String())),
+		"whole":    strings.NewReader(reply),
+		"one byte": iotest.OneByteReader(strings.NewReader(reply)),
+		"halves":   iotest.HalfReader(strings.NewReader(reply)),
 	} {
 		r := &rawRead{rd: resp.NewReader(rd, 32<<10), most: n}
 		ds, _, err := r.streamReply(src)
@@ -239,18 +232,29 @@ func TestRawReadsWithoutPing(t *testing.T) {
 	}
 }
 
-// The bare read's parse alone, no Redis: a reply of 1000 payload-only entries into deliveries
-// (`go test -run '^$' -bench RawParse ./transports/redisstream/`; 3 allocations an entry).
-func BenchmarkRawParse(b *testing.B) {
-	var sb strings.Builder
-	const n = 1000
-	fmt.Fprintf(&sb, "*1\r\n*2\r\n$1\r\ns\r\n*%d\r\n", n)
+// streamReplyOf is an XREADGROUP reply of n entries of stream s, each a payload and, withK, a
+// header k holding the entry's id.
+func streamReplyOf(n int, withK bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*1\r\n*2\r\n$1\r\ns\r\n*%d\r\n", n)
 	for i := range n {
 		id := fmt.Sprintf("1796163070146-%d", i)
 		p := fmt.Sprintf(`{"id":%d,"amount":37.5,"currency":"USD","customer":"c01"}`, i)
-		fmt.Fprintf(&sb, "*2\r\n$%d\r\n%s\r\n*2\r\n$7\r\npayload\r\n$%d\r\n%s\r\n", len(id), id, len(p), p)
+		if withK {
+			fmt.Fprintf(&b, "*2\r\n$%d\r\n%s\r\n*4\r\n$1\r\nk\r\n$%d\r\n%s\r\n", len(id), id, len(id), id)
+		} else {
+			fmt.Fprintf(&b, "*2\r\n$%d\r\n%s\r\n*2\r\n", len(id), id)
+		}
+		fmt.Fprintf(&b, "$7\r\npayload\r\n$%d\r\n%s\r\n", len(p), p)
 	}
-	reply := sb.String()
+	return b.String()
+}
+
+// The bare read's parse alone, no Redis: a reply of 1000 payload-only entries into deliveries
+// (`go test -run '^$' -bench RawParse ./transports/redisstream/`; 3 allocations an entry).
+func BenchmarkRawParse(b *testing.B) {
+	const n = 1000
+	reply := streamReplyOf(n, false)
 	src := &Source{o: Options{Kind: KindStream, Stream: "s"}}
 	rd := strings.NewReader(reply)
 	b.ReportAllocs()
