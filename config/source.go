@@ -57,7 +57,8 @@ func newSchemas() *schemas {
 		s.byKind[k.Name] = k
 		takes := map[string]bool{}
 		s.takes[k.Name] = takes
-		attrs := k.Schema.Attributes
+		body := k.BodySchema()
+		attrs := body.Attributes
 		if k.ReadsRedisBlock() {
 			attrs = append([]hcl.AttributeSchema{{Name: SourceRedis.Name}}, attrs...)
 		}
@@ -68,7 +69,7 @@ func newSchemas() *schemas {
 				s.source.Attributes = append(s.source.Attributes, hcl.AttributeSchema{Name: a.Name})
 			}
 		}
-		for _, b := range k.Schema.Blocks {
+		for _, b := range body.Blocks {
 			takes["block "+b.Type] = true
 			if !seenBlock[b.Type] {
 				seenBlock[b.Type] = true
@@ -168,7 +169,7 @@ func (d *fileDecoder) decodeSourceBlock(block *hcl.Block) (*Source, *hcl.BodyCon
 		s.Redis, s.redisRange = v, a.Expr.Range()
 		delete(content.Attributes, "redis")
 	}
-	for _, a := range k.Schema.Attributes {
+	for _, a := range k.BodySchema().Attributes {
 		if _, ok := content.Attributes[a.Name]; a.Required && !ok {
 			diags = append(diags, missingArg(block, a.Name, fmt.Sprintf("for %s %s source", article(kind), kind)))
 		}

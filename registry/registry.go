@@ -5,10 +5,9 @@
 // handler's registration its Decode (a handler block's config). Each is registered with
 // Register, in init, and config and cli find it with Lookup or Namespace.
 //
-// transports.Register, transports.RegisterEmit and plugins.Register are what transport and
-// handler packages call: each checks what its namespace needs and completes what it derives (a
-// source kind's hcl schema from its Attrs, a handler's decoder from its config struct), then calls
-// Register.
+// transports.Register and transports.RegisterEmit are Register with their namespace's messages
+// (registry.Register(transports.Kind{…}) does the same); plugins.Register builds a handler's
+// module from its Spec (the decoder from its config struct), then calls Register.
 //
 // The lifecycle interfaces are optional: Register calls a module's Validate (Validator); `flowrun
 // run` calls Provision (Provisioner) on a pipeline's source Config before it builds the source,

@@ -42,11 +42,13 @@ type Kind struct {
 	// ascending, then by name; 0 sorts after every numbered kind. The built-in kinds take 10 to
 	// 70 in SPEC §2's order.
 	Order int
-	// Attrs are the source block's attributes, documented: Register derives Schema from them,
-	// and `go generate ./docs` writes the reference from them, so the two cannot drift. A kind
-	// without Attrs (one from outside this repository) may set Schema itself.
+	// Attrs are the source block's attributes, documented: BodySchema derives the decoding
+	// schema from them, and `go generate ./docs` writes the reference from them, so the two
+	// cannot drift. A kind without Attrs (one from outside this repository) may set Schema's
+	// attributes itself.
 	Attrs []schema.Attr
-	// Schema is the source block's body. config decodes the block with it: an attribute that is
+	// Schema is the source block's body, less what Attrs declares (BodySchema is the whole).
+	// config decodes the block with BodySchema: an attribute that is
 	// not here is reported (naming the kinds that take it, or hcl's "Did you mean"), and a
 	// Required attribute that is missing is reported at the block's header as `The argument
 	// "NAME" is required for a KIND source.` Block.Body holds what was written.
@@ -99,13 +101,26 @@ type EmitKind struct {
 // ModuleID is the kind's ID in the registry: "source.NAME".
 func (k Kind) ModuleID() registry.ID { return registry.NewID(registry.Source, k.Name) }
 
-// Validate is called by registry.Register: a kind needs a Name and New, and its Schema must not
-// list "redis", which config adds for a kind whose Config is a RedisBlockReader.
+// BodySchema is the source block's hcl schema: Schema, with an attribute for each of Attrs.
+func (k Kind) BodySchema() hcl.BodySchema {
+	s := hcl.BodySchema{Attributes: slices.Clone(k.Schema.Attributes), Blocks: k.Schema.Blocks}
+	for _, a := range k.Attrs {
+		s.Attributes = append(s.Attributes, hcl.AttributeSchema{Name: a.Name, Required: a.Required})
+	}
+	return s
+}
+
+// Validate is called by registry.Register: a kind needs a Name and New, declares its attributes
+// in Attrs or in Schema but not both, and must not declare "redis", which config adds for a kind
+// whose Config is a RedisBlockReader.
 func (k Kind) Validate() error {
 	if k.Name == "" || k.New == nil {
 		return errors.New("transports: Register needs a Name and New")
 	}
-	for _, a := range k.Schema.Attributes {
+	if len(k.Attrs) > 0 && len(k.Schema.Attributes) > 0 {
+		return fmt.Errorf("transports: source kind %q sets both Attrs and Schema.Attributes", k.Name)
+	}
+	for _, a := range k.BodySchema().Attributes {
 		if a.Name == "redis" {
 			return fmt.Errorf("transports: source kind %q lists \"redis\" in its Schema; implement RedisBlockReader instead", k.Name)
 		}
@@ -137,20 +152,12 @@ func (e EmitKind) Validate() error {
 	return nil
 }
 
-// Register adds a source kind to the registry; transport packages call it in init. It derives
-// Schema's attributes from Attrs, then calls registry.Register, which panics on a programmer's
-// mistake (an empty or duplicate name, no New, "redis" in the Schema), found the first time the
-// binary starts. It stays the call transport packages make, rather than registry.Register,
-// because the derivation must happen before the kind is stored.
+// Register adds a source kind to the registry; transport packages call it in init. It is
+// registry.Register with this namespace's messages: it panics on a programmer's mistake (an
+// empty or duplicate name, no New, "redis" declared), found the first time the binary starts.
+// registry.Register(Kind{…}) does the same; this name stays because every transport, test and
+// page calls it.
 func Register(k Kind) {
-	if len(k.Attrs) > 0 {
-		if len(k.Schema.Attributes) > 0 {
-			panic(fmt.Sprintf("transports: source kind %q sets both Attrs and Schema.Attributes", k.Name))
-		}
-		for _, a := range k.Attrs {
-			k.Schema.Attributes = append(k.Schema.Attributes, hcl.AttributeSchema{Name: a.Name, Required: a.Required})
-		}
-	}
 	if err := k.Validate(); err != nil {
 		panic(err.Error())
 	}
@@ -174,7 +181,8 @@ func Kinds() []Kind {
 
 // RegisterEmit adds an emit kind to the registry; transport packages call it in init. It is
 // registry.Register with this namespace's messages: it panics on an empty or duplicate name or a
-// nil Sink. registry.Register(EmitKind{…}) does the same.
+// nil Sink. registry.Register(EmitKind{…}) does the same; this name stays because every
+// transport, test and page calls it.
 func RegisterEmit(e EmitKind) {
 	if err := e.Validate(); err != nil {
 		panic(err.Error())

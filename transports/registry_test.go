@@ -15,6 +15,7 @@ import (
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/registry"
+	"github.com/flowrun/flowrun/schema"
 )
 
 // isolate gives a test an empty registry of source and emit kinds and puts the previous one back
@@ -54,6 +55,23 @@ func TestRegisterRefusesMistakes(t *testing.T) {
 	}
 	if _, ok := Lookup("x"); ok {
 		t.Error("a refused kind was registered")
+	}
+}
+
+// registry.Register is Register: a kind registered with it decodes with the schema of its Attrs.
+func TestRegistryRegistersKinds(t *testing.T) {
+	isolate(t)
+	registry.Register(Kind{Name: "direct", Attrs: []schema.Attr{schema.String("a").Require()}, New: newNothing})
+	registry.Register(EmitKind{Name: "direct", Sink: nilSink})
+	k, ok := Lookup("direct")
+	if !ok || k.ModuleID() != "source.direct" {
+		t.Fatalf("Lookup: %+v %v", k, ok)
+	}
+	if got := k.BodySchema().Attributes; len(got) != 1 || got[0].Name != "a" || !got[0].Required {
+		t.Errorf("BodySchema: %+v", got)
+	}
+	if e, ok := LookupEmit("direct"); !ok || e.ModuleID() != "emit.direct" {
+		t.Errorf("LookupEmit: %+v %v", e, ok)
 	}
 }
 
