@@ -33,11 +33,6 @@ func (d *fileDecoder) nonEmpty(attr *hcl.Attribute) (string, hcl.Diagnostics) {
 
 func (d *fileDecoder) boolean(attr *hcl.Attribute) (bool, hcl.Diagnostics) { return d.dec().Bool(attr) }
 
-// strList decodes a non-empty list of non-empty strings.
-func (d *fileDecoder) strList(attr *hcl.Attribute) ([]string, hcl.Diagnostics) {
-	return d.dec().StrList(attr)
-}
-
 var (
 	typeDiag     = hclutil.TypeDiag
 	invalidValue = hclutil.InvalidValue

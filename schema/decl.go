@@ -76,6 +76,9 @@ func StringMap(name string) Attr { return typed(name, KindStringMap) }
 // minIntUnset marks an Int without a lower bound.
 const minIntUnset = -1 << 31
 
+// The setters below each return a copy with one part set, so that a declaration reads as one
+// expression: schema.Count("batch").WithDefault(100).Describe("…").
+
 // WithDefault sets the typed default and the reference's text for it (Value).
 func (a Attr) WithDefault(v any) Attr {
 	if err := a.check(v); err != nil {
