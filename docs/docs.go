@@ -158,10 +158,16 @@ func (p *page) attrTable(attrs []schema.Attr) {
 	p.s("\n")
 }
 
+// defaultOf is an attribute's default as the reference shows it: a typed default rendered from
+// the value decoding applies (schema.Attr.Value), else the declaration's text.
 func defaultOf(a schema.Attr) string {
 	switch {
 	case a.Required:
 		return "**required**"
+	case a.Value != nil:
+		return schema.Value(a.Value)
+	case a.From != "":
+		return a.From
 	case a.Default == "":
 		return "—"
 	}
