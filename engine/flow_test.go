@@ -141,7 +141,7 @@ func TestFlowDedupe(t *testing.T) {
 	})
 	p.Flow = &Flow{Dedupe: &Dedupe{Key: headerKey("k"), Window: time.Minute}}
 	e := New(Options{}, p)
-	if err := e.Run(context.Background()); err != nil {
+	if err := runEngine(t, context.Background(), e); err != nil {
 		t.Fatal(err)
 	}
 	got := e.Status()[0].Totals

@@ -120,8 +120,15 @@ func pipeline(src Source, h HandlerFunc) *Pipeline {
 
 func run(t *testing.T, ctx context.Context, opts Options, ps ...*Pipeline) error {
 	t.Helper()
+	return runEngine(t, ctx, New(opts, ps...))
+}
+
+// runEngine runs e to its end, failing the test if that takes more than 20 seconds; a test that
+// reads e afterwards (its Status) passes its own engine.
+func runEngine(t *testing.T, ctx context.Context, e *Engine) error {
+	t.Helper()
 	done := make(chan error, 1)
-	go func() { done <- New(opts, ps...).Run(ctx) }()
+	go func() { done <- e.Run(ctx) }()
 	select {
 	case err := <-done:
 		return err
