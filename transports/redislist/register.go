@@ -40,7 +40,7 @@ var listAttrs = []schema.Attr{
 }
 
 // delayAppliesTo is the stream kind's wording (the first kind's is shown), so it is the same.
-const delayAppliesTo = "stream sources (stream, claiming and reclaim) and reliable list sources"
+const delayAppliesTo = "the stream kind and reliable list sources"
 
 var delayModes = []string{DelayRuntime, DelayDurableZSet}
 

@@ -22,10 +22,10 @@ import (
 
 // delayAttrs are the pipeline attributes of every stream kind (a reliable list declares the same).
 var delayAttrs = []transports.PipelineAttr{
-	{AppliesTo: "stream sources (stream, claiming and reclaim) and reliable list sources", Attr: schema.String("delayed_retry").WithDefault(DelayRuntime).Describe(
+	{AppliesTo: "the stream kind and reliable list sources", Attr: schema.String("delayed_retry").WithDefault(DelayRuntime).Describe(
 		"Where `retry_after(d)` copies wait: `\"runtime\"` holds the copy in the process and writes it to the stream when due (a crash before then loses it; a clean stop writes every held copy at once); `\"durable_zset\"` adds it to the sorted set `delay_key`, scored by its due time, and every read first moves due copies back onto the stream with one Lua script.",
 	)},
-	{AppliesTo: "stream sources (stream, claiming and reclaim) and reliable list sources", Attr: schema.String("delay_key").NonEmpty().DefaultDoc("`\"<stream>" + DelayKeySuffix + "\"`").Describe(
+	{AppliesTo: "the stream kind and reliable list sources", Attr: schema.String("delay_key").NonEmpty().DefaultDoc("`\"<stream>" + DelayKeySuffix + "\"`").Describe(
 		"The sorted set of `delayed_retry = \"durable_zset\"`; only valid with it. In a Redis Cluster it must hash to the stream's slot (use a `{hash tag}`).",
 	)},
 }
@@ -123,6 +123,10 @@ func (c *Config) Decode(b *transports.Block) {
 				mode, hclutil.DidYouMean(mode, delayModes), hclutil.QuoteList(delayModes, "or"))))
 		} else {
 			c.DelayedRetry = mode
+		}
+		if mode == DelayDurableZSet && c.Kind != KindStream {
+			// Options.Validate refuses it when the source is built; say so at load, positioned.
+			b.Report(transports.InvalidValue(p.Attr("delayed_retry"), fmt.Sprintf(`delayed_retry = "durable_zset" applies to the stream kind only: a %s source's retry_after leaves the entry pending until it is due, which a crash already survives.`, c.Kind)))
 		}
 	}
 	if dk := p.Attr("delay_key"); dk != nil {
