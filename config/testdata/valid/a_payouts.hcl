@@ -47,7 +47,7 @@ pipeline "payouts" {
 test "large payouts are dropped" {
   pipeline = "payouts"
   message { payload = jsonencode({ id = 1, amount = 20000 }) }
-  expect  { outcome = "drop" }
+  expect { outcome = "drop" }
 }
 
 test "gateway down" {
