@@ -5,8 +5,9 @@
 
 pipeline "events" {
   source "pipe" {
-    key = "events"
+    key = "events" # default: every key
   }
+
   out_retry    = "events.retry" # retry copies leave on stdout under this key
   max_attempts = 3
   dead_letter  = "events.dead"
@@ -19,12 +20,10 @@ pipeline "events" {
     }
     outcome = "ack"
   }
-
   rule "not-yet" {
     when    = "headers['ready'] == 'no'"
     outcome = "retry_after('200ms')"
   }
-
   otherwise = "drop"
 }
 

@@ -32,6 +32,7 @@ crash (` + "`kill -9`" + `) before then **loses it**, as it loses lines read and
 (SIGINT, SIGTERM) or the end of the input writes every held copy.
 `
 
+// pipeExample is the pipeline of examples/pipe.hcl (TestReferenceExampleIsTheExampleFile).
 const pipeExample = `pipeline "events" {
   source "pipe" {
     key = "events" # default: every key
