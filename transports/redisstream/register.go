@@ -30,6 +30,17 @@ var delayAttrs = []transports.PipelineAttr{
 	)},
 }
 
+// pipelineAttrs documents delayed_retry for kind: a claiming or reclaim source takes only
+// "runtime" (Decode refuses "durable_zset", since its retry_after keeps the entry pending).
+func pipelineAttrs(kind string) []transports.PipelineAttr {
+	if kind == KindStream {
+		return delayAttrs
+	}
+	pa := append([]transports.PipelineAttr(nil), delayAttrs...)
+	pa[0].Attr = pa[0].Attr.Describe("Only `\"runtime\"` here: a " + kind + " source's `retry_after(d)` keeps the entry pending until it is due, which a crash already survives, so `\"durable_zset\"` is refused.")
+	return pa
+}
+
 // kindAttrs are the source block's attributes of a stream, claiming or reclaim kind: what the
 // reference documents and Decode decodes.
 func kindAttrs(kind string) []schema.Attr {
@@ -59,7 +70,7 @@ func init() {
 			Summary:       kindSummary[kind],
 			Doc:           kindDoc[kind],
 			Example:       kindExample[kind],
-			PipelineAttrs: delayAttrs,
+			PipelineAttrs: pipelineAttrs(kind),
 			New:           func() transports.Config { return &Config{Options: Options{Kind: kind}} },
 		})
 	}
