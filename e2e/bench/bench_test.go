@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -270,5 +271,29 @@ func TestOfferSendsTheSchedule(t *testing.T) {
 	}
 	if len(ms) != 500 {
 		t.Fatalf("the stream holds %d entries, want 500", len(ms))
+	}
+}
+
+func TestProcCPU(t *testing.T) {
+	c0 := procCPU(os.Getpid())
+	for end := time.Now().Add(50 * time.Millisecond); time.Now().Before(end); {
+	}
+	if c1 := procCPU(os.Getpid()); c1 <= c0 {
+		t.Fatalf("procCPU did not grow over 50ms of spinning: %s then %s", c0, c1)
+	}
+	if c := procCPU(-1); c != 0 {
+		t.Fatalf("procCPU of no process = %s, want 0", c)
+	}
+}
+
+func TestRowMisses(t *testing.T) {
+	sp := func(count int64, took, cpu time.Duration) span { return span{count: count, took: took, cpu: cpu} }
+	ok := row{plain: sp(1000, time.Second, time.Second), flowrun: sp(1000, time.Second, 1200*time.Millisecond)}
+	if m := ok.misses(); m != "" {
+		t.Fatalf("a row within both targets is flagged %q", m)
+	}
+	bad := row{plain: sp(1000, time.Second, time.Second), flowrun: sp(800, time.Second, 1300*time.Millisecond)}
+	if m := bad.misses(); m != "  <- below 0.90  <- CPU > 1.25×" {
+		t.Fatalf("misses = %q", m)
 	}
 }

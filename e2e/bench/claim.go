@@ -62,9 +62,7 @@ func (b *bench) takeover(ctx context.Context, name, kind string) (row, error) {
 
 	r := row{name: name}
 	var err error
-	r.plain, err = b.timePlain(ctx, n, pendingSettled(b.obs, plainKey, "g", n), func(ctx context.Context) error {
-		return b.plainAutoclaim(ctx, plainKey, n)
-	})
+	r.plain, err = b.timePlain(ctx, n, pendingSettled(b.obs, plainKey, "g", n), "autoclaim", plainKey, n)
 	if err != nil {
 		return row{}, err
 	}

@@ -217,11 +217,16 @@ func (b *bench) startPlainLatency(ctx context.Context, name string, emit bool) (
 // childEnv names the process a bench child plays; see runChild.
 const childEnv = "FLOWRUN_BENCH_CHILD"
 
-// runChild is a bench child process: the plain latency consumer, on the server, stream, batch
+// runChild is a bench child process: a throughput workload's plain consumer (runPlainChild), or
+// the plain latency consumer, on the server, stream, batch
 // and emit its environment names, writing "sent handled" per entry to stdout when it does not
 // emit, until SIGTERM.
 func runChild() error {
-	if role := os.Getenv(childEnv); role != "plain-latency" {
+	switch role := os.Getenv(childEnv); role {
+	case "plain":
+		return runPlainChild()
+	case "plain-latency":
+	default:
 		return fmt.Errorf("unknown child %q", role)
 	}
 	batch, err := strconv.Atoi(os.Getenv("BENCH_BATCH"))

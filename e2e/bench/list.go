@@ -23,9 +23,7 @@ func runList(ctx context.Context, b *bench) (results, error) {
 	}
 	r := row{name: "list"}
 	var err error
-	r.plain, err = b.timePlain(ctx, n, listSettled(b.obs, plainKey, plainKey+":processing", n), func(ctx context.Context) error {
-		return b.plainList(ctx, plainKey, plainKey+":processing", n)
-	})
+	r.plain, err = b.timePlain(ctx, n, listSettled(b.obs, plainKey, plainKey+":processing", n), "list", plainKey, n)
 	if err != nil {
 		return results{}, err
 	}

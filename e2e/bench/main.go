@@ -1,6 +1,7 @@
 // Command bench measures flowrun on real workloads, each beside a hand-written go-redis consumer
 // that sends the same Redis commands, on the same redis-server, in the same run. It prints both
-// rates, their ratio, flowrun's peak RSS and Redis's CPU time per message, and for the latency
+// rates, their ratio, flowrun's peak RSS, Redis's and each side's own process CPU time per message
+// (the plain consumer runs in a child process, as flowrun does), and for the latency
 // workload p50/p99/p99.9 of the time from XADD to handler at a fixed offered rate, with the
 // handler only acknowledging (latency) and emitting to a stream (latency-emit). See docs/benchmarks.md,
 // "Workloads", for what each side of each workload sends.

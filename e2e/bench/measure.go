@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,6 +34,18 @@ type span struct {
 	took  time.Duration
 	total int64 // messages of the whole run
 	redis time.Duration
+	// cpu is the side's process CPU time (user + system) over the span only, from /proc/<pid>/stat
+	// read at the span's first and last poll: process start, config load and shutdown stay out,
+	// as they do of the rate. ProcessState.SysUsage after exit would count them too.
+	cpu time.Duration
+}
+
+// cpuPerMsg is the side's process CPU time per message of the span.
+func (s span) cpuPerMsg() time.Duration {
+	if s.count == 0 {
+		return 0
+	}
+	return s.cpu / time.Duration(s.count)
 }
 
 // redisPerMsg is the redis-server CPU time per message of the whole run.
@@ -52,15 +68,16 @@ type progressFunc func(ctx context.Context) (int64, error)
 
 // measure times one side the same way for both: it polls progress every pollEvery until it
 // reaches total and returns the messages settled after the first poll that saw any, and the time
-// from that poll to the one that saw total. Start-up (flowrun's process start, config load,
+// from that poll to the one that saw total, and process pid's CPU time between the two. Start-up (flowrun's process start, config load,
 // connecting; the plain consumer's first read) is outside the span on both sides, and each end
 // is seen within one poll.
-func measure(ctx context.Context, total int64, progress progressFunc) (span, error) {
+func measure(ctx context.Context, pid int, total int64, progress progressFunc) (span, error) {
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
 	var (
 		t0       time.Time
 		s0       int64
+		cpu0     time.Duration
 		last     int64
 		lastMove = time.Now()
 	)
@@ -74,13 +91,13 @@ func measure(ctx context.Context, total int64, progress progressFunc) (span, err
 			return span{}, err
 		}
 		if s > 0 && t0.IsZero() {
-			t0, s0 = now, s
+			t0, s0, cpu0 = now, s, procCPU(pid)
 		}
 		if s >= total {
 			if s0 >= total {
 				return span{}, fmt.Errorf("all %d settled before the first poll: too few to time, raise -n", total)
 			}
-			return span{count: total - s0, took: now.Sub(t0), total: total}, nil
+			return span{count: total - s0, took: now.Sub(t0), total: total, cpu: procCPU(pid) - cpu0}, nil
 		}
 		if s != last {
 			last, lastMove = s, now
@@ -95,30 +112,52 @@ func measure(ctx context.Context, total int64, progress progressFunc) (span, err
 	}
 }
 
-// timePlain runs a plain consumer in a goroutine and measures it; consume returns once it has
-// handled everything.
-func (b *bench) timePlain(ctx context.Context, total int64, progress progressFunc, consume func(ctx context.Context) error) (span, error) {
+// plainConsumers are the plain consumers by the role a bench child plays (runPlainChild): each
+// handles n messages of key (and of the keys named after it) on b.rdb, b.o.batch a read.
+var plainConsumers = map[string]func(b *bench, ctx context.Context, key string, n int64) error{
+	"readack": (*bench).plainReadAck,
+	"rules": func(b *bench, ctx context.Context, key string, n int64) error {
+		return b.plainRules(ctx, key, key+":out", n)
+	},
+	"list": func(b *bench, ctx context.Context, key string, n int64) error {
+		return b.plainList(ctx, key, key+":processing", n)
+	},
+	"autoclaim": (*bench).plainAutoclaim,
+}
+
+// timePlain runs the plain consumer role on key in a child process (this binary again) and
+// measures it as flowrun is measured: a process of its own, so that both sides pay process
+// start and connecting the same way and their CPU time is read the same way. The child
+// handles n messages, then waits for SIGTERM.
+func (b *bench) timePlain(ctx context.Context, total int64, progress progressFunc, role, key string, n int64) (span, error) {
 	cpu0, err := b.redisCPU(ctx)
 	if err != nil {
 		return span{}, err
 	}
 	defer b.commandStats(ctx, "plain")()
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	done := make(chan error, 1)
-	go func() {
-		err := consume(ctx)
-		if err != nil {
-			cancel(fmt.Errorf("plain consumer: %w", err))
-		}
-		done <- err
-	}()
-	sp, err := measure(ctx, total, progress)
+	exe, err := os.Executable()
 	if err != nil {
-		cancel(err)
+		return span{}, err
 	}
-	if cerr := <-done; cerr != nil && err == nil {
-		err = fmt.Errorf("plain consumer: %w", cerr)
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), childEnv+"=plain", "BENCH_ROLE="+role, "BENCH_ADDR="+b.srv.Addr,
+		"BENCH_KEY="+key, "BENCH_N="+strconv.FormatInt(n, 10), "BENCH_BATCH="+strconv.Itoa(b.o.batch))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return span{}, fmt.Errorf("start the plain consumer: %w", err)
+	}
+	mctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	exited := make(chan error, 1)
+	go func() {
+		err := cmd.Wait()
+		cancel(fmt.Errorf("plain consumer exited early: %v", err))
+		exited <- err
+	}()
+	sp, err := measure(mctx, cmd.Process.Pid, total, progress)
+	cmd.Process.Signal(syscall.SIGTERM)
+	if werr := <-exited; werr != nil && err == nil {
+		err = fmt.Errorf("plain consumer: %w", werr)
 	}
 	if err != nil {
 		return span{}, err
@@ -126,6 +165,47 @@ func (b *bench) timePlain(ctx context.Context, total int64, progress progressFun
 	cpu1, err := b.redisCPU(ctx)
 	sp.redis = cpu1 - cpu0
 	return sp, err
+}
+
+// runPlainChild is the plain consumer child of timePlain: the role, server, key, n and batch its
+// environment names. It exits 0 on SIGTERM once done (or stopped), else with the consumer's error.
+func runPlainChild() error {
+	consume, ok := plainConsumers[os.Getenv("BENCH_ROLE")]
+	if !ok {
+		return fmt.Errorf("unknown plain consumer %q", os.Getenv("BENCH_ROLE"))
+	}
+	batch, err1 := strconv.Atoi(os.Getenv("BENCH_BATCH"))
+	n, err2 := strconv.ParseInt(os.Getenv("BENCH_N"), 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	b := &bench{o: options{batch: batch}, rdb: redis.NewClient(&redis.Options{Addr: os.Getenv("BENCH_ADDR")})}
+	defer b.rdb.Close()
+	if err := consume(b, ctx, os.Getenv("BENCH_KEY"), n); err != nil && ctx.Err() == nil {
+		return err
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// procCPU is process pid's user + system CPU time so far, from /proc/<pid>/stat (in USER_HZ
+// ticks, 100 a second on Linux); 0 where it cannot be read.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses and may hold spaces: state is
+	// the first, utime and stime (fields 14 and 15 of proc(5)) the 12th and 13th.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / 100
 }
 
 // timeFlowrun runs flowrun with cfg, measures it and stops it; it returns the span and flowrun's
@@ -140,7 +220,7 @@ func (b *bench) timeFlowrun(name, cfg string, total int64, progress progressFunc
 	if err != nil {
 		return span{}, 0, err
 	}
-	sp, err := measure(p.ctx, total, progress)
+	sp, err := measure(p.ctx, p.cmd.Process.Pid, total, progress)
 	if err != nil {
 		p.kill()
 		return span{}, 0, fmt.Errorf("flowrun: %w", err)

@@ -31,9 +31,7 @@ func (b *bench) drainStream(ctx context.Context, name, kind, extra string) (row,
 	}
 	r := row{name: name}
 	var err error
-	r.plain, err = b.timePlain(ctx, n, streamSettled(b.obs, plainKey, "g"), func(ctx context.Context) error {
-		return b.plainReadAck(ctx, plainKey, n)
-	})
+	r.plain, err = b.timePlain(ctx, n, streamSettled(b.obs, plainKey, "g"), "readack", plainKey, n)
 	if err != nil {
 		return row{}, err
 	}

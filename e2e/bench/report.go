@@ -24,6 +24,28 @@ type row struct {
 
 func (r row) ratio() float64 { return r.flowrun.rate() / r.plain.rate() }
 
+// cpuRatio is flowrun's process CPU per message over the plain consumer's.
+func (r row) cpuRatio() float64 { return ratioOf(r.flowrun.cpuPerMsg(), r.plain.cpuPerMsg()) }
+
+// The targets of a throughput row (issue 29): flowrun at no less than minRatio of the plain
+// consumer's rate, at no more than maxCPURatio of its process CPU per message.
+const (
+	minRatio    = 0.90
+	maxCPURatio = 1.25
+)
+
+// misses flags, for the table, a target the row misses; "" where it meets both.
+func (r row) misses() string {
+	var s string
+	if r.ratio() < minRatio {
+		s += fmt.Sprintf("  <- below %.2f", minRatio)
+	}
+	if r.cpuRatio() > maxCPURatio {
+		s += fmt.Sprintf("  <- CPU > %.2f×", maxCPURatio)
+	}
+	return s
+}
+
 // latencyRow is the latency workload's comparison at one offered rate.
 type latencyRow struct {
 	name    string
@@ -117,7 +139,7 @@ func (r row) report() {
 }
 
 func (s span) String() string {
-	return fmt.Sprintf("%s msg/s (%d in %s, Redis CPU %s/msg)", thousands(s.rate()), s.count, s.took.Round(time.Millisecond), micros1(s.redisPerMsg()))
+	return fmt.Sprintf("%s msg/s (%d in %s, CPU %s/msg, Redis CPU %s/msg)", thousands(s.rate()), s.count, s.took.Round(time.Millisecond), micros1(s.cpuPerMsg()), micros1(s.redisPerMsg()))
 }
 
 func (l latencies) String() string {
@@ -136,13 +158,14 @@ func (l latencies) note() string {
 // print writes the final tables.
 func (r results) print(w io.Writer, o options) {
 	if slices.ContainsFunc(r.rows, func(x row) bool { return x.baseline == "" }) {
-		fmt.Fprintf(w, "%-17s %13s %15s %7s %18s   %s\n", "workload", "plain msg/s", "flowrun msg/s", "ratio", "flowrun peak RSS", "Redis CPU/msg: plain, flowrun")
+		fmt.Fprintf(w, "%-17s %13s %15s %7s %18s   %-30s   %s\n", "workload", "plain msg/s", "flowrun msg/s", "ratio", "flowrun peak RSS", "Redis CPU/msg: plain, flowrun", "CPU/msg: plain, flowrun (ratio)")
 		for _, x := range r.rows {
 			if x.baseline != "" {
 				continue
 			}
-			fmt.Fprintf(w, "%-17s %13s %15s %7.2f %18s   %s, %s\n", x.name, thousands(x.plain.rate()), thousands(x.flowrun.rate()), x.ratio(), mib(x.rss),
-				micros1(x.plain.redisPerMsg()), micros1(x.flowrun.redisPerMsg()))
+			redisCPU := micros1(x.plain.redisPerMsg()) + ", " + micros1(x.flowrun.redisPerMsg())
+			fmt.Fprintf(w, "%-17s %13s %15s %7.2f %18s   %-30s   %s, %s (%.2f×)%s\n", x.name, thousands(x.plain.rate()), thousands(x.flowrun.rate()), x.ratio(), mib(x.rss),
+				redisCPU, micros1(x.plain.cpuPerMsg()), micros1(x.flowrun.cpuPerMsg()), x.cpuRatio(), x.misses())
 		}
 	}
 	first := true

@@ -33,9 +33,7 @@ func runRules(ctx context.Context, b *bench) (results, error) {
 	}
 	r := row{name: "rules"}
 	var err error
-	r.plain, err = b.timePlain(ctx, total, streamSettled(b.obs, plainKey, "g"), func(ctx context.Context) error {
-		return b.plainRules(ctx, plainKey, plainKey+":out", total)
-	})
+	r.plain, err = b.timePlain(ctx, total, streamSettled(b.obs, plainKey, "g"), "rules", plainKey, total)
 	if err != nil {
 		return results{}, err
 	}
