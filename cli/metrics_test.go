@@ -153,3 +153,46 @@ func get(url string) (string, error) {
 	b, err := io.ReadAll(res.Body)
 	return string(b), err
 }
+
+// flowrun_inflight is the number of handlers running at the scrape (read from the engine, as
+// Status reads it): with every worker held inside its handler, it says the concurrency.
+func TestMetricsInflightWhileHandlersRun(t *testing.T) {
+	const conc = 3
+	release := make(chan struct{})
+	p := &engine.Pipeline{
+		Name: "p", Source: pushSource{n: 10}, Concurrency: conc, ShutdownTimeout: 5 * time.Second,
+		Logger: zerolog.Nop(),
+		Handler: engine.HandlerFunc(func(ctx context.Context, _ *engine.Delivery) engine.Result {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return engine.Result{Outcome: engine.Ack()}
+		}),
+	}
+	m := newMetrics()
+	eng := engine.New(engine.Options{Metrics: m}, p)
+	m.readEngine(eng)
+	srv := httptest.NewServer(m.handler())
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(ctx) }()
+
+	want := regexp.MustCompile(fmt.Sprintf(`(?m)^flowrun_inflight\{pipeline="p"\} %d$`, conc))
+	var res string
+	for deadline := time.Now().Add(10 * time.Second); !want.MatchString(res); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no flowrun_inflight %d while %d handlers run:\n%s", conc, conc, res)
+		}
+		var err error
+		if res, err = get(srv.URL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(release)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
