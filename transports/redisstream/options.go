@@ -104,8 +104,8 @@ func (o *Options) Validate() error {
 	switch o.DelayedRetry {
 	case DelayRuntime:
 	case DelayDurableZSet:
-		if o.Kind != KindStream {
-			errs = append(errs, fmt.Errorf("delayed_retry %q applies to the stream kind only", o.DelayedRetry))
+		if err := durableKind(o.Kind); err != nil {
+			errs = append(errs, err)
 		}
 		if o.DelayKey == o.Stream {
 			errs = append(errs, errors.New("delay_key must differ from stream"))
@@ -114,4 +114,14 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("unknown delayed_retry %q", o.DelayedRetry))
 	}
 	return errors.Join(errs...)
+}
+
+// durableKind says why kind takes no durable_zset: only the stream kind copies a retry_after;
+// claiming and reclaim keep the entry pending until it is due, which a crash already survives.
+// Decode reports it at the attribute, Validate again for a Config built without HCL.
+func durableKind(kind string) error {
+	if kind == KindStream {
+		return nil
+	}
+	return fmt.Errorf(`delayed_retry = "durable_zset" applies to the stream kind only: a %s source's retry_after leaves the entry pending until it is due, which a crash already survives`, kind)
 }

@@ -135,9 +135,8 @@ func (c *Config) Decode(b *transports.Block) {
 		} else {
 			c.DelayedRetry = mode
 		}
-		if mode == DelayDurableZSet && c.Kind != KindStream {
-			// Options.Validate refuses it when the source is built; say so at load, positioned.
-			b.Report(transports.InvalidValue(p.Attr("delayed_retry"), fmt.Sprintf(`delayed_retry = "durable_zset" applies to the stream kind only: a %s source's retry_after leaves the entry pending until it is due, which a crash already survives.`, c.Kind)))
+		if err := durableKind(c.Kind); mode == DelayDurableZSet && err != nil {
+			b.Report(transports.InvalidValue(p.Attr("delayed_retry"), err.Error()+"."))
 		}
 	}
 	if dk := p.Attr("delay_key"); dk != nil {
