@@ -2,6 +2,7 @@ package schema
 
 import (
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -131,28 +132,10 @@ func (a Attr) AllowZero() Attr {
 	return a
 }
 
-// check reports a default of the wrong Go type for the attribute's kind: a programmer's mistake.
+// check reports a default of the wrong Go type for the attribute's kind (not that of its Zero):
+// a programmer's mistake.
 func (a Attr) check(v any) error {
-	var ok bool
-	switch a.Kind {
-	case KindString, KindPath:
-		_, ok = v.(string)
-	case KindInt:
-		_, ok = v.(int)
-	case KindNumber:
-		_, ok = v.(float64)
-	case KindBool:
-		_, ok = v.(bool)
-	case KindDuration:
-		_, ok = v.(time.Duration)
-	case KindStrings:
-		_, ok = v.([]string)
-	case KindStringMap:
-		_, ok = v.(map[string]string)
-	case KindNone:
-		ok = true
-	}
-	if !ok {
+	if a.Kind != KindNone && reflect.TypeOf(v) != reflect.TypeOf(a.Zero()) {
 		return fmt.Errorf("a default of type %T for a %s", v, a.Type)
 	}
 	return nil
