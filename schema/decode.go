@@ -71,15 +71,6 @@ func (v *Values) report(diags ...*hcl.Diagnostic) {
 // Diagnostics are the mistakes found so far.
 func (v *Values) Diagnostics() hcl.Diagnostics { return v.diags }
 
-// DecodeAll reads every declared attribute, in the order they are written, and returns the
-// mistakes found so far.
-func (v *Values) DecodeAll() hcl.Diagnostics {
-	for _, name := range sortedByPosition(v.written) {
-		v.Get(name)
-	}
-	return v.diags
-}
-
 // Get is an attribute's value: the written one, else its default; nil for one not declared
 // or declared without a Kind.
 func (v *Values) Get(name string) any {

@@ -33,7 +33,16 @@ func decodeHCL(t *testing.T, src string) (*Values, hcl.Diagnostics) {
 		t.Fatal(diags)
 	}
 	v := Decode(attrs, testDecls, Env{Dir: "/cfg", From: map[string]any{FromPipelineName: "orders"}})
-	return v, v.DecodeAll()
+	return v, decodeAll(v)
+}
+
+// decodeAll reads every written attribute, in the order they are written, and returns the
+// mistakes found so far.
+func decodeAll(v *Values) hcl.Diagnostics {
+	for _, name := range sortedByPosition(v.written) {
+		v.Get(name)
+	}
+	return v.diags
 }
 
 func TestDecodeDefaults(t *testing.T) {
