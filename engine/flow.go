@@ -68,7 +68,6 @@ type flowGate struct {
 	idle      sync.Cond // a push waits here for the round out to end
 	dirty     bool      // something changed since the loop last looked
 	busy      bool      // a round is out, or the loop is between its steps
-	stopped   bool
 	graceOver bool
 	abandoned bool // the end of the grace period was acted on
 	ending    bool // every worker has returned (finish)
@@ -97,7 +96,7 @@ func newFlowGate(r *runner, f *Flow, q *Queue, returner Returner, decisions chan
 	g.wake.L, g.idle.L = &q.mu, &q.mu
 	g.timer = time.AfterFunc(time.Hour, func() { g.kick(nil) })
 	g.unhook = []func() bool{
-		context.AfterFunc(stop, func() { g.kick(func() { g.stopped, g.st.stopped = true, true }) }),
+		context.AfterFunc(stop, func() { g.kick(func() { g.st.stopped = true }) }),
 		context.AfterFunc(grace, func() {
 			g.kick(func() {
 				g.graceOver = true
@@ -238,7 +237,7 @@ func (g *flowGate) inlineLocked(n, parked int) bool {
 	q := g.q
 	for {
 		if q.inline == nil || n > inlineMax || parked == 0 || len(g.st.parked) != parked || q.len() > 0 ||
-			q.waiting != q.workers || q.closed || g.stopped || g.ending || time.Now().Before(g.st.retryAt) {
+			q.waiting != q.workers || q.closed || g.st.stopped || g.ending || time.Now().Before(g.st.retryAt) {
 			return false
 		}
 		if !g.busy {
@@ -315,7 +314,7 @@ func (g *flowGate) loop() {
 // again, unless woken.
 func (g *flowGate) stepLocked() time.Duration {
 	q, st := g.q, g.st
-	if g.stopped && g.returner != nil {
+	if st.stopped && g.returner != nil {
 		g.returnParkedLocked()
 	}
 	if g.graceOver && !g.abandoned {
@@ -323,7 +322,7 @@ func (g *flowGate) stepLocked() time.Duration {
 		g.returnParkedLocked()
 		g.abandonParkedLocked()
 	}
-	admitting := !g.graceOver && !(g.stopped && g.returner != nil)
+	admitting := !g.graceOver && !(st.stopped && g.returner != nil)
 	now := time.Now()
 	work := len(st.releases) > 0 || admitting && st.wantsAdmit() || st.renewDue(now)
 	wait, backingOff := time.Hour, false
