@@ -189,10 +189,7 @@ func (s *flowState) applyVerdicts(q roundReq, sent time.Time, acts *flowActs) {
 func (s *flowState) admitted(w *flowWait, now time.Time) {
 	t := s.running[w.d]
 	if !w.again {
-		l := FlowLease{Token: w.admit.Token, Conc: w.admit.Conc, Dedupe: w.admit.Dedupe}
-		t = &flowTicket{lease: l, admit: w.admit}
-		s.running[w.d] = t
-		s.hold(l)
+		t = s.ticket(w, now)
 	}
 	if t != nil {
 		t.at, t.by = now, time.Time{}
@@ -206,6 +203,16 @@ func (s *flowState) admitted(w *flowWait, now time.Time) {
 	s.slots--
 }
 
+// ticket records the lease a first admission of w took (admitted at at) and counts its keys as
+// held here.
+func (s *flowState) ticket(w *flowWait, at time.Time) *flowTicket {
+	l := FlowLease{Token: w.admit.Token, Conc: w.admit.Conc, Dedupe: w.admit.Dedupe}
+	t := &flowTicket{at: at, lease: l, admit: w.admit}
+	s.running[w.d] = t
+	s.hold(l)
+	return t
+}
+
 // admitFailed decides a delivery whose admission failed permanently (a flow key it needs can
 // never be written): like a key expression that fails, it counts as retry, so the policy's
 // backoff and attempt cap apply and nothing is lost; the part of its lease or claim that may
@@ -213,9 +220,7 @@ func (s *flowState) admitted(w *flowWait, now time.Time) {
 func (s *flowState) admitFailed(w *flowWait, fl []Fault, now time.Time, acts *flowActs) {
 	acts.faults = append(acts.faults, flowFault{w.d, fl, "flow control: admission failed permanently: the delivery counts as retry"})
 	if !w.again {
-		l := FlowLease{Token: w.admit.Token, Conc: w.admit.Conc, Dedupe: w.admit.Dedupe}
-		s.running[w.d] = &flowTicket{at: now, lease: l, admit: w.admit}
-		s.hold(l)
+		s.ticket(w, now)
 	}
 	err := fmt.Errorf("flow control: %w", fl[0])
 	dec := s.policy.Decide(w.d, Retry(), err, now)
