@@ -30,6 +30,7 @@ type Options struct {
 type Config struct {
 	Redis     []*Redis
 	Pipelines []*Pipeline
+	Workflows []*Workflow
 	Tests     []*Test
 	Telemetry *Telemetry // nil: no telemetry block
 
@@ -162,6 +163,9 @@ type Handler struct {
 type Test struct {
 	Name     string
 	Pipeline string
+	// Workflow is set instead of Pipeline for a test of a workflow; Run holds what it has.
+	Workflow string
+	Run      *WorkflowTest
 	Message  TestMessage
 	// Mock stands in for the server or the process of the pipeline's handler (`mock {}`), made
 	// by that handler; nil when the test has none.

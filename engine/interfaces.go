@@ -30,6 +30,9 @@ type Result struct {
 	Outcome Outcome
 	Emits   []Emit
 	Err     error
+	// Duplicate says the work was done before (a start message of a run that exists, a stale
+	// step visit, SPEC §16): the delivery is acknowledged and counted as duplicate.
+	Duplicate bool
 }
 
 // Target says where an emitted message goes (SPEC §7 emit blocks).

@@ -18,6 +18,11 @@ const (
 	HeaderOriginalID       = "x-original-id"
 	HeaderAttempts         = "x-attempts"
 	HeaderFailedAt         = "x-failed-at"
+	// HeaderIdempotencyKey is set on every workflow step visit (SPEC §16); http sends it as
+	// Idempotency-Key.
+	HeaderIdempotencyKey = "x-idempotency-key"
+	// HeaderRunID names a workflow run on its dead letters (SPEC §16).
+	HeaderRunID = "x-run-id"
 )
 
 // Message is what flows through a pipeline (SPEC §3).
@@ -102,6 +107,8 @@ type Delivery struct {
 	// decodes first; the payload must not change afterwards. The engine drops it once the
 	// handler has returned.
 	Decoded any
+	// Run is the workflow run a step visit belongs to (SPEC §16); nil outside workflows.
+	Run *Run
 }
 
 // RetryCopy returns the copy that replaces d on a retry: same key, headers and payload, with

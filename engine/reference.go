@@ -48,4 +48,6 @@ var Headers = []HeaderDoc{
 	{HeaderOriginalID, "dead letters", "The id of the delivery that was dead-lettered (for a copy, the copy's id); absent where messages have no id."},
 	{HeaderAttempts, "dead letters", "That delivery's attempt number; it exceeds the cap when the handler was skipped."},
 	{HeaderFailedAt, "dead letters", "When it was dead-lettered, RFC 3339."},
+	{HeaderIdempotencyKey, "workflow step visits", "`<workflow>/<run>/<step>/<visit>` (a `for_each` element's adds `/<index>`): the same across the retries of one visit, so a handler that runs twice can tell; `http` sends it as `Idempotency-Key`."},
+	{HeaderRunID, "workflow dead letters, step visits", "The id of the run the message belongs to."},
 }

@@ -427,6 +427,9 @@ func (r *runner) decide(ctx context.Context, d *Delivery, span Span) Decision {
 		res.Outcome = Retry()
 	}
 	dec := r.policy.Decide(d, res.Outcome, res.Err, end)
+	if res.Duplicate && res.Err == nil {
+		dec = Decision{Settlement: Settlement{Delivery: d, Action: ActAck}, Label: OutcomeDuplicate}
+	}
 	if res.Err == nil && len(res.Emits) > 0 {
 		// The settler writes the emits, batched with other deliveries', before settling; it
 		// logs and counts the decision once it knows they were written.

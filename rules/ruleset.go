@@ -22,6 +22,12 @@ type Rule struct {
 	When    *Condition   // nil means true
 	Outcome *OutcomeExpr // nil means ack
 	Emits   []EmitSpec
+	// In a workflow step of rules alone (SPEC §16), a rule may choose the way on; they are
+	// written into the delivery's engine.Run when this rule decides.
+	Next     string // a step name, checked at load; "" keeps the step's
+	Complete bool   // the run completes after this step
+	Output   *Value // what the step records; nil: nothing
+	Fail     *Value // the run fails with this reason (a string); nil: it does not
 }
 
 // EmitSpec is one `emit` block of a rule.
