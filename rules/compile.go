@@ -98,6 +98,14 @@ func CompileValue(src string) (*Value, error) {
 	return &Value{p}, nil
 }
 
+// Eval evaluates the value over d, in the rules' environment: a workflow's run_id over the
+// start delivery, a step's payload over the step's (SPEC §16). Its errors are *EvalError
+// (positioned; in the file with a Locator) or say what else failed.
+func (v *Value) Eval(d *engine.Delivery) (any, error) {
+	s := state{d: d}
+	return v.run(&s)
+}
+
 func compile(src string, kind exprKind) (program, error) {
 	if strings.TrimSpace(src) == "" {
 		return program{}, &Error{Line: 1, Column: 1, Message: "empty expression"}
@@ -301,6 +309,7 @@ func cleanMessage(msg string) string {
 	if name, ok := strings.CutPrefix(msg, "unknown name "); ok && !strings.ContainsAny(name, ` "`) {
 		return fmt.Sprintf("unknown name %q", name)
 	}
+	msg = strings.ReplaceAll(msg, "type rules.runInfo", "run") // run.nope: "run has no field nope"
 	return strings.ReplaceAll(msg, "engine.Outcome", "outcome")
 }
 

@@ -67,6 +67,7 @@ func (f *Filter) Match(m *engine.Message) (bool, error) {
 			Ack:           engine.Ack(),
 			Drop:          engine.Drop(),
 			Retry:         engine.Retry(),
+			runEnv:        noRun,
 		},
 		Reason: h[engine.HeaderDeadLetterReason],
 	}

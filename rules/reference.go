@@ -10,7 +10,7 @@ import (
 // Var is one name of the expression environment, for the reference in docs/.
 type Var struct {
 	Name string
-	Type string // "any", "string", "int", "map of strings", "outcome", "time"
+	Type string // "any", "string", "int", "map of strings", "map", "object", "outcome", "time"
 	Doc  string // Markdown
 }
 
@@ -80,6 +80,11 @@ var varDocs = map[string]string{
 	"ack":            "The outcome ack (also callable: `ack()`).",
 	"drop":           "The outcome drop (also callable: `drop()`).",
 	"retry":          "The outcome retry (also callable: `retry()`).",
+	"input":          "In a workflow step: the run's input, the starting message's payload decoded as JSON (a string when it is not JSON). `nil` outside a workflow.",
+	"steps":          "In a workflow step: each finished step's output by step name: `steps.charge.status`, `steps['await-shipment'].tracking`. A step that has not finished is missing (`nil`); `nil` outside a workflow.",
+	"run":            "In a workflow step: the run, an object with `id`, `workflow`, `step` (this step), `visit` (the run's step visits, counted from 1; part of `x-idempotency-key`) and `started_at` (a time). Outside a workflow its fields are `''`, `0` and the zero time.",
+	"item":           "In a `for_each` step: the list's element this handler call is for; else `nil`.",
+	"index":          "In a `for_each` step: the element's index, from 0; else 0.",
 	"reason":         "The dead letter's `x-dead-letter-reason`.",
 	"failed_at":      "The dead letter's `x-failed-at` as a time, to compare with `now()` and `duration('1h')`: `now() - failed_at > duration('1h')`. The zero time when missing.",
 }
@@ -98,6 +103,10 @@ func varsOf(t reflect.Type) []Var {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name := f.Tag.Get("expr")
+		if f.Type == reflect.TypeFor[*runEnv]() {
+			out = append(out, varsOf(f.Type.Elem())...)
+			continue
+		}
 		if f.Anonymous || name == "" {
 			continue
 		}
@@ -114,6 +123,10 @@ func typeDoc(t reflect.Type) string {
 		return "time"
 	case reflect.TypeFor[map[string]string]():
 		return "map of strings"
+	case reflect.TypeFor[map[string]any]():
+		return "map"
+	case reflect.TypeFor[runInfo]():
+		return "object"
 	}
 	if t.Kind() == reflect.Interface {
 		return "any"

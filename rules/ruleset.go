@@ -97,6 +97,11 @@ func (rs *RuleSet) Evaluate(d *engine.Delivery) (engine.Result, string) {
 				emits = append(emits, e)
 			}
 		}
+		if d.Run != nil {
+			if res, failedRule := r.decideRun(&s); failedRule {
+				return res, r.Name
+			}
+		}
 		return engine.Result{Outcome: out, Emits: emits}, r.Name
 	}
 	if rs.Otherwise != nil {
@@ -107,6 +112,46 @@ func (rs *RuleSet) Evaluate(d *engine.Delivery) (engine.Result, string) {
 		return engine.Result{Outcome: out}, ""
 	}
 	return engine.Result{Outcome: engine.Ack()}, ""
+}
+
+// decideRun writes what the deciding rule says of the run (SPEC §16: next, complete, output,
+// fail) into the delivery's engine.Run; nothing is written when an expression fails, which is
+// then the result (retry with Err) and true.
+func (r *Rule) decideRun(s *state) (engine.Result, bool) {
+	var output any
+	if r.Output != nil {
+		v, err := r.Output.run(s)
+		if err != nil {
+			return failed(r.Name, "output", err), true
+		}
+		output = v
+	}
+	var reason string
+	if r.Fail != nil {
+		v, err := r.Fail.run(s)
+		if err != nil {
+			return failed(r.Name, "fail", err), true
+		}
+		str, ok := v.(string)
+		if !ok {
+			return failed(r.Name, "fail", fmt.Errorf("expected a string (the reason), got %s", describe(v))), true
+		}
+		reason = str
+	}
+	run := s.d.Run
+	if r.Next != "" {
+		run.Next = r.Next
+	}
+	if r.Complete {
+		run.Complete = true
+	}
+	if r.Output != nil {
+		run.Output, run.HasOutput = output, true
+	}
+	if r.Fail != nil {
+		run.Fail = reason
+	}
+	return engine.Result{}, false
 }
 
 func failed(rule, part string, err error) engine.Result {
@@ -238,6 +283,7 @@ func (s *state) prepare(p *program) any {
 			Ack:           engine.Ack(),
 			Drop:          engine.Drop(),
 			Retry:         engine.Retry(),
+			runEnv:        runEnvOf(d),
 		}
 		s.filled = true
 		s.boxed = nil
