@@ -19,6 +19,7 @@ import (
 type Store struct {
 	c redis.UniversalClient
 	g *workflow.Graph
+	k keys
 	// OnDone, when set, is called once for each run this process ended (metrics).
 	OnDone func(st workflow.Status, took time.Duration)
 }
@@ -26,7 +27,9 @@ type Store struct {
 var _ workflow.Store = (*Store)(nil)
 
 // NewStore returns the store of g's runs in c; c is the caller's and is never closed here.
-func NewStore(c redis.UniversalClient, g *workflow.Graph) *Store { return &Store{c: c, g: g} }
+func NewStore(c redis.UniversalClient, g *workflow.Graph) *Store {
+	return &Store{c: c, g: g, k: newKeys(g.Name)}
+}
 
 // StepOptions configure a step's source.
 type StepOptions struct {
@@ -53,33 +56,4 @@ func (s *Store) StartHandler(runID func(d *engine.Delivery) (string, error), fin
 // ctx ends. Every process running the workflow runs it; the visit check makes that safe.
 func (s *Store) RunTimers(ctx context.Context, log zerolog.Logger) error {
 	panic("redisrun: RunTimers not built yet")
-}
-
-// Begin starts a run from the command line (runs start) and returns its id.
-func (s *Store) Begin(ctx context.Context, input []byte, fingerprint string) (string, error) {
-	panic("redisrun: Begin not built yet")
-}
-
-// Cancel cancels an active run (runs cancel); workflow.ErrNoRun when there is none.
-func (s *Store) Cancel(ctx context.Context, id string) error { panic("redisrun: Cancel not built yet") }
-
-// Retry resumes a failed run at its failed step (runs retry, dlq redrive).
-func (s *Store) Retry(ctx context.Context, id string) error { panic("redisrun: Retry not built yet") }
-
-// Counts reads the active runs per step and the runs per status (inspect, metrics).
-func (s *Store) Counts(ctx context.Context) (active map[string]int64, byStatus map[workflow.Status]int64, err error) {
-	panic("redisrun: Counts not built yet")
-}
-
-func (s *Store) Create(ctx context.Context, st *workflow.State, t workflow.Transition) (bool, error) {
-	panic("redisrun: Create not built yet")
-}
-func (s *Store) Apply(ctx context.Context, t workflow.Transition) (bool, error) {
-	panic("redisrun: Apply not built yet")
-}
-func (s *Store) Get(ctx context.Context, id string) (*workflow.State, error) {
-	panic("redisrun: Get not built yet")
-}
-func (s *Store) List(ctx context.Context, status workflow.Status, limit int) ([]*workflow.State, error) {
-	panic("redisrun: List not built yet")
 }

@@ -1,0 +1,153 @@
+package redisrun
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/flowrun/flowrun/codec"
+	"github.com/flowrun/flowrun/workflow"
+)
+
+// The run hash's fields (WF-DESIGN "Names"). Times are unix milliseconds; finished and pending
+// are JSON arrays of step names; compensated is 0 or 1.
+const (
+	fStatus      = "status"
+	fStep        = "step"
+	fVisit       = "visit"
+	fInput       = "input"
+	fError       = "error"
+	fFinished    = "finished"
+	fPending     = "pending"
+	fEnding      = "ending"
+	fFailedStep  = "failed_step"
+	fCompensated = "compensated"
+	fFingerprint = "fingerprint"
+	fTrace       = "trace"
+	fStartedAt   = "started_at"
+	fUpdatedAt   = "updated_at"
+)
+
+// Step message fields: the run and the visit it is for (plus x-retry-count on copies).
+const (
+	msgRun   = "run"
+	msgVisit = "visit"
+)
+
+func itoa(n int) string           { return strconv.Itoa(n) }
+func atoi(s string) (int, error)  { return strconv.Atoi(s) }
+func msOf(t time.Time) string     { return strconv.FormatInt(t.UnixMilli(), 10) }
+func timeOfMS(s string) time.Time { n, _ := strconv.ParseInt(s, 10, 64); return msTime(n) }
+func msTime(n int64) time.Time    { return time.UnixMilli(n).UTC() }
+func boolField(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+func jsonList(l []string) string     { b, _ := json.Marshal(nonNil(l)); return string(b) }
+func nonNil(l []string) []string     { return append([]string{}, l...) }
+func parseList(s string) []string    { var l []string; _ = json.Unmarshal([]byte(s), &l); return l }
+func eventJSON(e workflow.Event) any { b, _ := json.Marshal(e); return string(b) }
+
+// transitionFields are the run hash fields a transition sets: everything that moves.
+func transitionFields(t workflow.Transition) []any {
+	return []any{
+		fStatus, string(t.Status),
+		fStep, t.Enter,
+		fVisit, itoa(t.Visit + 1),
+		fError, t.Error,
+		fFinished, jsonList(t.Finished),
+		fPending, jsonList(t.Pending),
+		fEnding, string(t.Ending),
+		fFailedStep, t.FailedStep,
+		fCompensated, boolField(t.Compensated),
+		fUpdatedAt, msOf(t.At),
+	}
+}
+
+// stateFields are a new run's hash fields.
+func stateFields(st *workflow.State) []any {
+	input := string(st.Input)
+	if input == "" {
+		input = "null"
+	}
+	return []any{
+		fStatus, string(st.Status),
+		fStep, st.Step,
+		fVisit, itoa(st.Visit),
+		fInput, input,
+		fError, st.Error,
+		fFinished, jsonList(st.Finished),
+		fPending, jsonList(st.Pending),
+		fEnding, string(st.Ending),
+		fFailedStep, st.FailedStep,
+		fCompensated, boolField(st.Compensated),
+		fFingerprint, st.Fingerprint,
+		fTrace, st.TraceParent,
+		fStartedAt, msOf(st.StartedAt),
+		fUpdatedAt, msOf(st.UpdatedAt),
+	}
+}
+
+// decodeState reads a run hash (and its outputs, nil when not loaded); nil when the hash is empty.
+func decodeState(workflowName, id string, h, out map[string]string) (*workflow.State, error) {
+	if len(h) == 0 {
+		return nil, nil
+	}
+	visit, err := atoi(h[fVisit])
+	if err != nil {
+		return nil, fmt.Errorf("run %s: visit %q: %w", id, h[fVisit], err)
+	}
+	st := &workflow.State{
+		ID:          id,
+		Workflow:    workflowName,
+		Status:      workflow.Status(h[fStatus]),
+		Step:        h[fStep],
+		Visit:       visit,
+		Input:       json.RawMessage(h[fInput]),
+		Error:       h[fError],
+		Finished:    parseList(h[fFinished]),
+		Pending:     parseList(h[fPending]),
+		Ending:      workflow.Status(h[fEnding]),
+		FailedStep:  h[fFailedStep],
+		Compensated: h[fCompensated] == "1",
+		Fingerprint: h[fFingerprint],
+		TraceParent: h[fTrace],
+		StartedAt:   timeOfMS(h[fStartedAt]),
+		UpdatedAt:   timeOfMS(h[fUpdatedAt]),
+	}
+	if len(st.Input) == 0 {
+		st.Input = json.RawMessage("null")
+	}
+	if out != nil {
+		st.Steps = make(map[string]json.RawMessage, len(out))
+		for k, v := range out {
+			st.Steps[k] = json.RawMessage(v)
+		}
+	}
+	return st, nil
+}
+
+// delayedMember is a delayed step message: {"step":"S","f":[XADD fields]}, raw JSON (as
+// redisstream's delay members) so the move script's cjson passes every byte through. The fields
+// hold the run and visit (and x-retry-count on a retry's copy), so a member is unique.
+func delayedMember(step string, fields []string) string {
+	b := make([]byte, 0, 32+len(step)+16*len(fields))
+	b = append(b, `{"step":`...)
+	b = codec.AppendRawJSONString(b, step)
+	b = append(b, `,"f":[`...)
+	for i, f := range fields {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = codec.AppendRawJSONString(b, f)
+	}
+	return string(append(b, "]}"...))
+}
+
+// stepFields are the fields of a step message entering visit of run.
+func stepFields(run string, visit int) []string {
+	return []string{msgRun, run, msgVisit, itoa(visit)}
+}

@@ -1,0 +1,340 @@
+package redisrun
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/transports/redisconn"
+	"github.com/flowrun/flowrun/workflow"
+)
+
+// DefaultRetention is how long a finished run is kept when the graph says nothing (SPEC §16).
+const DefaultRetention = 7 * 24 * time.Hour
+
+// applyOp is one call of applyScript: a transition, and what settles with it.
+type applyOp struct {
+	create    *workflow.State // mode "c": the new run
+	t         workflow.Transition
+	ackStream string   // the delivery's step stream ("" none)
+	ackID     string   // the delivery's entry id
+	dead      []string // the dead letter's XADD fields (nil none)
+	deadKey   string
+}
+
+func (s *Store) retention() time.Duration {
+	if s.g.Retention > 0 {
+		return s.g.Retention
+	}
+	return DefaultRetention
+}
+
+// call lays op out for applyScript (see there).
+func (s *Store) call(op applyOp) (keys []string, args []any) {
+	t := op.t
+	run := s.k.run(t.Run)
+	keys = []string{run, s.k.out(t.Run), s.k.hist(t.Run), s.k.runs(), s.k.active(), s.k.timeouts(), s.k.delayed(), run, run, run}
+	mode, started, oldTimer := "a", "0", timerMember(t.Run, t.Visit)
+	if op.create != nil {
+		mode, started, oldTimer = "c", msOf(op.create.StartedAt), ""
+	}
+	if t.Enter != "" {
+		keys[7] = s.k.step(t.Enter)
+	}
+	if op.ackID != "" {
+		keys[8] = op.ackStream
+	}
+	if len(op.dead) > 0 {
+		keys[9] = op.deadKey
+	}
+	args = make([]any, 0, 48+len(op.dead))
+	args = append(args, mode, t.Run, itoa(t.Visit), started, s.g.Name, op.ackID, oldTimer)
+	args = append(args, len(op.dead))
+	for _, f := range op.dead {
+		args = append(args, f)
+	}
+	args = append(args, t.Enter)
+	dMember, dScore, tMember, tScore := "", "0", "", "0"
+	var fields []string
+	if t.Enter != "" {
+		fields = stepFields(t.Run, t.Visit+1)
+		if t.EnterDelay > 0 {
+			dMember, dScore = delayedMember(t.Enter, fields), msOf(t.At.Add(t.EnterDelay))
+		}
+		if !t.EnterDeadline.IsZero() {
+			tMember, tScore = timerMember(t.Run, t.Visit+1), msOf(t.EnterDeadline)
+		}
+	}
+	args = append(args, len(fields))
+	for _, f := range fields {
+		args = append(args, f)
+	}
+	args = append(args, dMember, dScore, tMember, tScore)
+	hash := transitionFields(t)
+	if op.create != nil {
+		hash = stateFields(op.create)
+	}
+	args = append(args, len(hash))
+	args = append(args, hash...)
+	out := string(t.Output)
+	if out == "" {
+		out = "null"
+	}
+	args = append(args, t.Step, boolField(t.HasOutput), out, len(t.History))
+	for _, e := range t.History {
+		args = append(args, eventJSON(e))
+	}
+	args = append(args, boolField(t.Done), strconv.FormatInt(s.retention().Milliseconds(), 10))
+	return keys, args
+}
+
+// result reads applyScript's reply: applied, and the run's start when it was.
+func result(v any) (bool, time.Time, error) {
+	r, ok := v.([]any)
+	if !ok || len(r) == 0 {
+		return false, time.Time{}, fmt.Errorf("redisrun: unexpected script reply %v", v)
+	}
+	n, _ := r[0].(int64)
+	if n != 1 {
+		return false, time.Time{}, nil
+	}
+	var started time.Time
+	if len(r) > 1 {
+		if s, ok := r[1].(string); ok {
+			started = timeOfMS(s)
+		}
+	}
+	return true, started, nil
+}
+
+// done tells OnDone of a run this process ended.
+func (s *Store) done(t workflow.Transition, started time.Time) {
+	if t.Done && s.OnDone != nil {
+		took := t.At.Sub(started)
+		if started.IsZero() || took < 0 {
+			took = 0
+		}
+		s.OnDone(t.Status, took)
+	}
+}
+
+func (s *Store) exec(ctx context.Context, op applyOp) (bool, error) {
+	keys, args := s.call(op)
+	v, err := applyScript.Run(ctx, s.c, keys, args...).Result()
+	if err != nil {
+		return false, fmt.Errorf("redisrun: %s run %s: %w", s.g.Name, op.t.Run, err)
+	}
+	ok, started, err := result(v)
+	if err != nil {
+		return false, err
+	}
+	if ok {
+		if op.create != nil {
+			started = op.create.StartedAt
+		}
+		s.done(op.t, started)
+	}
+	return ok, nil
+}
+
+// Create writes a new run and enters its first step; false when a run with that id exists
+// (active, or finished within retention).
+func (s *Store) Create(ctx context.Context, st *workflow.State, t workflow.Transition) (bool, error) {
+	if t.Run == "" {
+		t.Run = st.ID
+	}
+	return s.exec(ctx, applyOp{create: st, t: t})
+}
+
+// Apply applies t; false when the run's visit is no longer t.Visit (nothing changed).
+func (s *Store) Apply(ctx context.Context, t workflow.Transition) (bool, error) {
+	return s.exec(ctx, applyOp{t: t})
+}
+
+// Get reads a run: its record, outputs and history; workflow.ErrNoRun when there is none.
+func (s *Store) Get(ctx context.Context, id string) (*workflow.State, error) {
+	pipe := s.c.Pipeline()
+	h := pipe.HGetAll(ctx, s.k.run(id))
+	out := pipe.HGetAll(ctx, s.k.out(id))
+	hist := pipe.LRange(ctx, s.k.hist(id), 0, -1)
+	if err := redisconn.ExecPipe(ctx, pipe); err != nil {
+		return nil, fmt.Errorf("redisrun: read run %s: %w", id, err)
+	}
+	for _, c := range []redis.Cmder{h, out, hist} {
+		if err := c.Err(); err != nil {
+			return nil, fmt.Errorf("redisrun: read run %s: %w", id, err)
+		}
+	}
+	st, err := decodeState(s.g.Name, id, h.Val(), out.Val())
+	if err != nil {
+		return nil, fmt.Errorf("redisrun: %w", err)
+	}
+	if st == nil {
+		return nil, workflow.ErrNoRun
+	}
+	for _, e := range hist.Val() {
+		var ev workflow.Event
+		if json.Unmarshal([]byte(e), &ev) == nil {
+			st.History = append(st.History, ev)
+		}
+	}
+	return st, nil
+}
+
+// listPage is how many runs one round trip of List and Counts reads.
+const listPage = 200
+
+// List reads runs newest first (by start), of one status when status is not "", at most limit
+// (<= 0: all). Outputs and history are not loaded. Runs whose record expired leave the index here.
+func (s *Store) List(ctx context.Context, status workflow.Status, limit int) ([]*workflow.State, error) {
+	var out []*workflow.State
+	err := s.scan(ctx, func(id string, h map[string]string) (bool, error) {
+		st, err := decodeState(s.g.Name, id, h, nil)
+		if err != nil || (status != "" && st.Status != status) {
+			return true, err
+		}
+		out = append(out, st)
+		return limit <= 0 || len(out) < limit, nil
+	})
+	return out, err
+}
+
+// scan reads the runs index newest first, page by page, with each run's hash, until each
+// returns false; ids whose hash is gone (expired) are removed from the index.
+func (s *Store) scan(ctx context.Context, each func(id string, h map[string]string) (bool, error)) error {
+	for start := int64(0); ; {
+		ids, err := s.c.ZRevRange(ctx, s.k.runs(), start, start+listPage-1).Result()
+		if err != nil {
+			return fmt.Errorf("redisrun: read runs of %s: %w", s.g.Name, err)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		pipe := s.c.Pipeline()
+		hs := make([]*redis.MapStringStringCmd, len(ids))
+		for i, id := range ids {
+			hs[i] = pipe.HGetAll(ctx, s.k.run(id))
+		}
+		if err := redisconn.ExecPipe(ctx, pipe); err != nil {
+			return fmt.Errorf("redisrun: read runs of %s: %w", s.g.Name, err)
+		}
+		var gone []any
+		for i, h := range hs {
+			if err := h.Err(); err != nil {
+				return fmt.Errorf("redisrun: read run %s: %w", ids[i], err)
+			}
+			if len(h.Val()) == 0 {
+				gone = append(gone, ids[i])
+				continue
+			}
+			more, err := each(ids[i], h.Val())
+			if err != nil || !more {
+				return err
+			}
+		}
+		if len(gone) > 0 {
+			if err := s.c.ZRem(ctx, s.k.runs(), gone...).Err(); err != nil {
+				return fmt.Errorf("redisrun: prune runs of %s: %w", s.g.Name, err)
+			}
+		}
+		start += int64(len(ids) - len(gone))
+	}
+}
+
+// Counts reads the active runs per step (the active hash, kept by the scripts) and the runs per
+// status (a scan of the runs index: every run kept, active or within retention).
+func (s *Store) Counts(ctx context.Context) (active map[string]int64, byStatus map[workflow.Status]int64, err error) {
+	a, err := s.c.HGetAll(ctx, s.k.active()).Result()
+	if err != nil {
+		return nil, nil, fmt.Errorf("redisrun: read active runs of %s: %w", s.g.Name, err)
+	}
+	active = make(map[string]int64, len(a))
+	for step, v := range a {
+		if n, _ := strconv.ParseInt(v, 10, 64); n > 0 {
+			active[step] = n
+		}
+	}
+	byStatus = map[workflow.Status]int64{}
+	err = s.scan(ctx, func(_ string, h map[string]string) (bool, error) {
+		byStatus[workflow.Status(h[fStatus])]++
+		return true, nil
+	})
+	return active, byStatus, err
+}
+
+// NewRunID is a random run id (a run started without run_id and without a message id).
+func NewRunID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Begin starts a run from the command line (runs start) and returns its id.
+func (s *Store) Begin(ctx context.Context, input []byte, fingerprint string) (string, error) {
+	if !json.Valid(input) {
+		return "", fmt.Errorf("redisrun: input is not JSON")
+	}
+	id := NewRunID()
+	st, t := s.g.Start(id, json.RawMessage(input), time.Now())
+	st.Fingerprint = fingerprint
+	ok, err := s.Create(ctx, st, t)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", fmt.Errorf("redisrun: run %s exists", id)
+	}
+	return id, nil
+}
+
+// ErrNotActive is returned by Cancel for a run that has ended.
+var ErrNotActive = errors.New("run is not active")
+
+// changeRetries bounds how often Cancel and Retry read the run again after it moved under them.
+const changeRetries = 5
+
+// Cancel cancels an active run (runs cancel); workflow.ErrNoRun when there is none, ErrNotActive
+// when it has ended.
+func (s *Store) Cancel(ctx context.Context, id string) error {
+	return s.change(ctx, id, func(st *workflow.State) (workflow.Transition, error) {
+		if !st.Status.Active() {
+			return workflow.Transition{}, fmt.Errorf("redisrun: run %s is %s: %w", id, st.Status, ErrNotActive)
+		}
+		return s.g.Cancel(st, time.Now()), nil
+	})
+}
+
+// Retry resumes a failed run at its failed step (runs retry, dlq redrive); the error of
+// workflow.Graph.Retry for a run that is not failed or was compensated.
+func (s *Store) Retry(ctx context.Context, id string) error {
+	return s.change(ctx, id, func(st *workflow.State) (workflow.Transition, error) {
+		return s.g.Retry(st, time.Now())
+	})
+}
+
+// change applies the transition decide makes of the run as it is, reading it again when a step
+// moved it meanwhile.
+func (s *Store) change(ctx context.Context, id string, decide func(*workflow.State) (workflow.Transition, error)) error {
+	for range changeRetries {
+		st, err := s.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		t, err := decide(st)
+		if err != nil {
+			return err
+		}
+		ok, err := s.Apply(ctx, t)
+		if err != nil || ok {
+			return err
+		}
+	}
+	return fmt.Errorf("redisrun: run %s keeps moving; try again", id)
+}
