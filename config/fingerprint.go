@@ -101,6 +101,9 @@ func (cfg *Config) finishFingerprints() {
 		}
 		r.fingerprint = hex.EncodeToString(h.Sum(nil))
 	}
+	for _, w := range cfg.Workflows {
+		cfg.finishWorkflowFingerprint(w)
+	}
 	for _, pl := range cfg.Pipelines {
 		used := map[string]bool{}
 		if pl.Source != nil && pl.Source.Redis != "" {
@@ -133,5 +136,48 @@ func (cfg *Config) finishFingerprints() {
 			fmt.Fprintf(h, "redis %q %s\n", n, fp)
 		}
 		pl.fingerprint = hex.EncodeToString(h.Sum(nil))
+	}
+}
+
+// finishWorkflowFingerprint sets the workflow's redis blocks and its fingerprint over its own
+// and theirs, and gives its start and step pipelines the same: a change anywhere in the block
+// restarts the whole workflow.
+func (cfg *Config) finishWorkflowFingerprint(w *Workflow) {
+	used := map[string]bool{}
+	if w.Redis != "" {
+		used[w.Redis] = true
+	}
+	if src := w.Start.sourceOrNil(); src != nil && src.Redis != "" {
+		used[src.Redis] = true
+	}
+	for _, s := range w.Steps {
+		if s.Pipeline.Rules == nil {
+			continue
+		}
+		for _, r := range s.Pipeline.Rules.Rules {
+			for _, e := range r.Emits {
+				if e.Target.Redis != "" {
+					used[e.Target.Redis] = true
+				}
+			}
+		}
+	}
+	w.redisBlocks = w.redisBlocks[:0]
+	for n := range used {
+		w.redisBlocks = append(w.redisBlocks, n)
+	}
+	sort.Strings(w.redisBlocks)
+	h := sha256.New()
+	h.Write([]byte(w.fingerprint))
+	for _, n := range w.redisBlocks {
+		fp := ""
+		if r := cfg.RedisBlock(n); r != nil {
+			fp = r.fingerprint
+		}
+		fmt.Fprintf(h, "redis %q %s\n", n, fp)
+	}
+	w.fingerprint = hex.EncodeToString(h.Sum(nil))
+	for _, pl := range w.Pipelines() {
+		pl.fingerprint, pl.redisBlocks = w.fingerprint, w.redisBlocks
 	}
 }

@@ -176,6 +176,7 @@ type fileDecoder struct {
 type fileConfig struct {
 	redis     []*Redis
 	pipelines []*Pipeline
+	workflows []*Workflow
 	tests     []*Test
 	telemetry []*Telemetry
 }
@@ -186,6 +187,8 @@ var rootBody = &schema.Body{Blocks: []schema.Block{
 		Doc: "A Redis connection that sources and emits name. When there is exactly one, they use it without naming it."},
 	{Type: "pipeline", Labels: []string{"name"}, Occurs: "any number", Body: pipelineBody,
 		Doc: "A source, the rules or Go handler that decide each message's outcome, and the failure policy."},
+	{Type: "workflow", Labels: []string{"name"}, Occurs: "any number", Body: workflowBody,
+		Doc: "Steps that share a run: one durable record in Redis per run, moved from step to step exactly once per visit, compensated on failure (SPEC §16, docs/workflows.md). Its start pipeline is named like the workflow, each step's `WORKFLOW/STEP`; no pipeline may share the workflow's name."},
 	{Type: "test", Labels: []string{"name"}, Occurs: "any number", Body: testBody,
 		Doc: "A config test, run by `flowrun test` without any connection: a message, and the outcome and emits a pipeline must produce."},
 	{Type: "telemetry", Occurs: "at most one, for all the files", Body: telemetryBody,
@@ -222,6 +225,15 @@ func (d *fileDecoder) decodeFile(body hcl.Body) (*fileConfig, hcl.Diagnostics) {
 			if pl != nil {
 				pl.fingerprint = fp
 				fc.pipelines = append(fc.pipelines, pl)
+			}
+		case "workflow":
+			var w *Workflow
+			var ds hcl.Diagnostics
+			fp := d.fingerprintBlock(block, func() { w, ds = d.decodeWorkflowBlock(block) })
+			diags = append(diags, ds...)
+			if w != nil {
+				w.fingerprint = fp
+				fc.workflows = append(fc.workflows, w)
 			}
 		case "test":
 			t, ds := d.decodeTestBlock(block)
@@ -260,10 +272,12 @@ func merge(files []*fileConfig, complete bool) (*Config, hcl.Diagnostics) {
 
 	redis := map[string]*Redis{}
 	pipelines := map[string]*Pipeline{}
+	workflows := map[string]*Workflow{}
 	tests := map[string]*Test{}
 	for _, fc := range files {
 		keepFirst("redis", fc.redis, redis, &cfg.Redis, func(r *Redis) (string, hcl.Range) { return r.Name, r.DeclRange }, &diags)
 		keepFirst("pipeline", fc.pipelines, pipelines, &cfg.Pipelines, func(p *Pipeline) (string, hcl.Range) { return p.Name, p.DeclRange }, &diags)
+		keepFirst("workflow", fc.workflows, workflows, &cfg.Workflows, func(w *Workflow) (string, hcl.Range) { return w.Name, w.DeclRange }, &diags)
 		keepFirst("test", fc.tests, tests, &cfg.Tests, func(t *Test) (string, hcl.Range) { return t.Name, t.DeclRange }, &diags)
 		for _, t := range fc.telemetry {
 			if cfg.Telemetry != nil {
@@ -278,6 +292,7 @@ func merge(files []*fileConfig, complete bool) (*Config, hcl.Diagnostics) {
 			cfg.Telemetry = t
 		}
 	}
+	diags = append(diags, checkWorkflowNames(cfg.Workflows, pipelines)...)
 	if !complete {
 		return cfg, diags
 	}
@@ -290,6 +305,11 @@ func merge(files []*fileConfig, complete bool) (*Config, hcl.Diagnostics) {
 		diags = append(diags, res.resolvePipeline(pl)...)
 		diags = append(diags, checkClusterSlots(pl, redis)...)
 	}
+	for _, w := range cfg.Workflows {
+		diags = append(diags, res.resolveWorkflow(w)...)
+		diags = append(diags, checkClusterSlots(w.Start, redis)...)
+		diags = append(diags, checkWorkflowCluster(w, redis)...)
+	}
 	for _, t := range cfg.Tests {
 		diags = append(diags, resolveTest(t, pipelines)...)
 	}
@@ -300,7 +320,7 @@ func merge(files []*fileConfig, complete bool) (*Config, hcl.Diagnostics) {
 // checkClusterSlots lets the source's kind check, when its redis block is a Redis Cluster, the
 // keys that must share a hash slot (SPEC §5, §12): the files alone decide it.
 func checkClusterSlots(pl *Pipeline, redis map[string]*Redis) hcl.Diagnostics {
-	src := pl.Source
+	src := pl.sourceOrNil()
 	if src == nil || !src.readsRedis() || src.Config == nil {
 		return nil
 	}

@@ -63,9 +63,26 @@ var emitBody = &schema.Body{Attrs: []schema.Attr{
 	{Name: "path", Type: "path", Default: "standard output", Doc: "A stream file to append the record to, relative to the HCL file (`record` emits only)."},
 }}
 
+// stepRuleBody is a rule of a workflow step (SPEC §16): a step of rules alone chooses the way
+// on, so its rules take next, complete, output and fail, and their outcome defaults to ack.
+var stepRuleBody = &schema.Body{
+	Attrs: []schema.Attr{
+		ruleBody.Attrs[0],
+		{Name: "outcome", Type: "expression", Default: "`\"ack\"`", Doc: "An outcome expression, as a pipeline's rule takes: `ack` finishes the step, `retry` and `retry_after` retry it, `drop` ends the run `cancelled`, `dead_letter` fails the run."},
+		schema.String("next").NonEmpty().DefaultDoc("the step's `next`").Describe("The step the run moves to when this rule decides, a step of the same workflow named literally; it overrides the step's `next`."),
+		schema.Bool("complete").WithDefault(false).Describe("When true, the run completes after this step, whatever the step's `next`."),
+		{Name: "output", Type: "expression", Default: "none", Doc: "What the step records as its output (`\"steps.charge.id\"`), seen by later steps as `steps.STEP`."},
+		{Name: "fail", Type: "expression", Default: "none", Doc: "The run fails with this reason, an expression whose result is a string (`\"'declined: ' + steps.charge.reason\"`); under `on_failure = \"compensate\"` the compensations run."},
+	},
+	Blocks: ruleBody.Blocks,
+}
+
+// stepRuleAttrs are the rule attributes only a workflow step's rules take.
+var stepRuleAttrs = []string{"next", "complete", "output", "fail"}
+
 var (
 	pipelineSchema = pipelineBody.HCL()
-	ruleSchema     = ruleBody.HCL()
+	ruleSchema     = stepRuleBody.HCL() // a pipeline's rule too, to say where next ... belong
 	emitSchema     = emitBody.HCL()
 )
 
@@ -165,20 +182,31 @@ func (d *fileDecoder) decodePipelineSource(pl *Pipeline, block *hcl.Block, sourc
 // decodePipelineDecider decodes what decides each message's outcome: a rule set or a handler,
 // exactly one of them.
 func (d *fileDecoder) decodePipelineDecider(pl *Pipeline, block *hcl.Block, ruleBlocks, handlers []*hcl.Block) hcl.Diagnostics {
+	_, diags := d.decodeDecider(pl, block, ruleBlocks, handlers, false)
+	return diags
+}
+
+// decodeDecider decodes a pipeline's (or, with step, a workflow step's) rule set or handler,
+// exactly one of them; a step's rules also return their next targets.
+func (d *fileDecoder) decodeDecider(pl *Pipeline, block *hcl.Block, ruleBlocks, handlers []*hcl.Block, step bool) ([]stepRef, hcl.Diagnostics) {
 	var diags hcl.Diagnostics
+	what := "pipeline"
+	if step {
+		what = "step"
+	}
 	switch {
 	case len(ruleBlocks) == 0 && len(handlers) == 0:
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagError,
 			Summary:  "Missing rules or handler",
-			Detail:   `A pipeline needs one or more "rule" blocks or one "handler" block.`,
+			Detail:   fmt.Sprintf(`A %s needs one or more "rule" blocks or one "handler" block.`, what),
 			Subject:  block.DefRange.Ptr(),
 		})
 	case len(ruleBlocks) > 0 && len(handlers) > 0:
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagError,
 			Summary:  "Conflicting blocks",
-			Detail:   `A pipeline has either "rule" blocks or one "handler" block, not both.`,
+			Detail:   fmt.Sprintf(`A %s has either "rule" blocks or one "handler" block, not both.`, what),
 			Subject:  handlers[0].DefRange.Ptr(),
 		})
 	}
@@ -192,17 +220,19 @@ func (d *fileDecoder) decodePipelineDecider(pl *Pipeline, block *hcl.Block, rule
 			diags = append(diags, &hcl.Diagnostic{
 				Severity: hcl.DiagError,
 				Summary:  "Duplicate handler block",
-				Detail:   fmt.Sprintf("A pipeline has one handler; the first is declared at %s.", where(handlers[0].DefRange)),
+				Detail:   fmt.Sprintf("A %s has one handler; the first is declared at %s.", what, where(handlers[0].DefRange)),
 				Subject:  extra.DefRange.Ptr(),
 			})
 		}
 	}
+	var nexts []stepRef
 	if len(ruleBlocks) > 0 {
-		rs, canRetry, bare, refs, ds := d.decodeRules(ruleBlocks)
+		dr, ds := d.decodeRules(ruleBlocks, step)
 		diags = append(diags, ds...)
-		pl.Rules, pl.CanRetry, pl.bareRetries, pl.emitRefs = rs, canRetry, bare, refs
+		pl.Rules, pl.CanRetry, pl.bareRetries, pl.emitRefs = dr.rs, dr.canRetry, dr.bare, dr.refs
+		nexts = dr.nexts
 	}
-	return diags
+	return nexts, diags
 }
 
 // decodeOtherwise compiles the "otherwise" outcome into pl.Rules; it belongs only to a rule set.
@@ -228,13 +258,22 @@ func (d *fileDecoder) decodeOtherwise(pl *Pipeline, a *hcl.Attribute) hcl.Diagno
 	return diags
 }
 
-// decodeRules decodes the rule blocks of a pipeline, in order.
-func (d *fileDecoder) decodeRules(blocks []*hcl.Block) (*rules.RuleSet, bool, []hcl.Range, []emitRef, hcl.Diagnostics) {
+// decodedRules is what decodeRules found: the rule set, whether an outcome may retry, where
+// outcomes name the bare retry, the emits left to the merge pass, and (in a workflow step) the
+// rules' next targets.
+type decodedRules struct {
+	rs       *rules.RuleSet
+	canRetry bool
+	bare     []hcl.Range
+	refs     []emitRef
+	nexts    []stepRef
+}
+
+// decodeRules decodes the rule blocks of a pipeline, or of a workflow step when step is set, in
+// order.
+func (d *fileDecoder) decodeRules(blocks []*hcl.Block, step bool) (decodedRules, hcl.Diagnostics) {
 	var diags hcl.Diagnostics
-	rs := &rules.RuleSet{}
-	canRetry := false
-	var bare []hcl.Range
-	var refs []emitRef
+	out := decodedRules{rs: &rules.RuleSet{}}
 	seen := map[string]hcl.Range{}
 	for _, b := range blocks {
 		name := b.Labels[0]
@@ -249,25 +288,31 @@ func (d *fileDecoder) decodeRules(blocks []*hcl.Block) (*rules.RuleSet, bool, []
 			continue
 		}
 		seen[name] = b.DefRange
-		r, retry, bareAt, ruleRefs, ds := d.decodeRuleBlock(b)
+		r, retry, bareAt, ruleRefs, ds := d.decodeRuleBlock(b, step)
 		diags = append(diags, ds...)
 		if bareAt != nil {
-			bare = append(bare, *bareAt)
+			out.bare = append(out.bare, *bareAt)
 		}
 		for _, ref := range ruleRefs {
-			ref.rule = len(rs.Rules)
-			refs = append(refs, ref)
+			ref.rule = len(out.rs.Rules)
+			out.refs = append(out.refs, ref)
 		}
-		rs.Rules = append(rs.Rules, *r)
-		canRetry = canRetry || retry
+		if step {
+			nexts, ds := d.decodeStepRuleAttrs(b, r)
+			diags = append(diags, ds...)
+			out.nexts = append(out.nexts, nexts...)
+		}
+		out.rs.Rules = append(out.rs.Rules, *r)
+		out.canRetry = out.canRetry || retry
 	}
-	return rs, canRetry, bare, refs, diags
+	return out, diags
 }
 
 // decodeRuleBlock decodes `rule "NAME" {}`. It also reports whether the outcome may retry,
 // where it names the bare retry outcome (nil when it does not), and the emits whose redis block
-// is left to the merge pass.
-func (d *fileDecoder) decodeRuleBlock(block *hcl.Block) (*rules.Rule, bool, *hcl.Range, []emitRef, hcl.Diagnostics) {
+// is left to the merge pass. In a workflow step (step) the outcome defaults to ack; elsewhere
+// it is required and the step's own attributes (next ...) are refused.
+func (d *fileDecoder) decodeRuleBlock(block *hcl.Block, step bool) (*rules.Rule, bool, *hcl.Range, []emitRef, hcl.Diagnostics) {
 	r := &rules.Rule{Name: block.Labels[0]}
 	content, diags := block.Body.Content(ruleSchema)
 	canRetry := false
@@ -302,8 +347,15 @@ func (d *fileDecoder) decodeRuleBlock(block *hcl.Block) (*rules.Rule, bool, *hcl
 				bareAt = a.Expr.Range().Ptr()
 			}
 		}
-	} else {
+	} else if !step {
 		diags = append(diags, missingArg(block, "outcome", "in a rule block"))
+	}
+	if !step {
+		for _, name := range stepRuleAttrs {
+			if a, ok := content.Attributes[name]; ok {
+				diags = append(diags, notHere(a, fmt.Sprintf("%q belongs to a rule of a workflow step, which chooses the way a run goes on; a pipeline's rule decides an outcome and emits.", name)))
+			}
+		}
 	}
 
 	var refs []emitRef

@@ -34,6 +34,8 @@ type schemas struct {
 
 	emits     []transports.EmitKind
 	emitNames []string
+
+	workflow, start, step *hcl.BodySchema // a workflow's blocks (workflowSchemas)
 }
 
 func newSchemas() *schemas {
@@ -90,6 +92,7 @@ func newSchemas() *schemas {
 	for _, e := range s.emits {
 		s.emitNames = append(s.emitNames, e.Name)
 	}
+	s.workflow, s.start, s.step = workflowSchemas(s.pipelineAttrs)
 	return s
 }
 

@@ -22,20 +22,23 @@ type Workflow struct {
 	// DeadLetter is the stream failed steps' messages go to (default flowrun:{NAME}:dead).
 	DeadLetter string
 	// Start is the pipeline that starts runs: its Source is the start block's source (group
-	// defaulting to the workflow's name), its name "NAME.start"; Rules and Handler are nil
-	// (the runtime starts runs).
+	// defaulting to the workflow's name), its name "NAME"; Rules and Handler are nil (the
+	// runtime starts runs).
 	Start *Pipeline
 	// Steps in declaration order: Steps[0] runs first.
 	Steps     []*Step
 	DeclRange hcl.Range
 
-	fingerprint string
+	fingerprint     string
+	redisBlocks     []string
+	redisRange      hcl.Range // the redis attribute's value, for an unknown name
+	deadLetterRange hcl.Range // the dead_letter attribute's value, when written
 }
 
 // Step is a `step "NAME"` block of a workflow.
 type Step struct {
 	Name string
-	// Pipeline holds what a step shares with a pipeline: its name ("WORKFLOW.STEP"), Rules or
+	// Pipeline holds what a step shares with a pipeline: its name ("WORKFLOW/STEP"), Rules or
 	// Handler, Concurrency, MaxAttempts, ShutdownTimeout, MaxHeld, Flow, CanRetry, DeadLetter
 	// (the workflow's). Its Source is nil: the runtime reads the step's own stream.
 	Pipeline *Pipeline
@@ -55,6 +58,8 @@ type Step struct {
 	ForEach   *rules.Value
 	MaxItems  int
 	DeclRange hcl.Range
+
+	refs []stepRef // the step names written in it, for the checks of the workflow's graph
 }
 
 // WaitSpec is a step's `wait {}` block.
