@@ -39,12 +39,6 @@ type StepOptions struct {
 	MinIdle  time.Duration // a delivery pending this long in a dead consumer is taken over (default 1m)
 }
 
-// StepSource returns the source of one step's visits: it reads the step's stream, loads each
-// delivery's run into engine.Run (State a *workflow.Visit) and settles a visit with one script.
-func (s *Store) StepSource(step string, o StepOptions, log zerolog.Logger) engine.Source {
-	panic("redisrun: StepSource not built yet")
-}
-
 // StartHandler returns the handler of the workflow's start pipeline: it creates the run named by
 // runID (the start delivery's own id when runID is nil) and enters the first step, or answers
 // Duplicate when the run exists.
