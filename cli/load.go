@@ -53,11 +53,7 @@ func cmdValidate(args []string, stdio Stdio) int {
 	if cfg == nil {
 		return ExitConfig
 	}
-	if n := len(cfg.Workflows); n > 0 {
-		fmt.Fprintf(stdio.Out, "ok: %d pipelines, %d workflows\n", len(cfg.Pipelines), n)
-	} else {
-		fmt.Fprintf(stdio.Out, "ok: %d pipelines\n", len(cfg.Pipelines))
-	}
+	fmt.Fprintf(stdio.Out, "ok: %d pipelines\n", len(cfg.Pipelines))
 	return ExitOK
 }
 

@@ -5,14 +5,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/config"
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/handlers"
+	"github.com/flowrun/flowrun/workflow"
 )
 
 // cmdTest runs the test blocks of the files against their pipelines' rules or Go handlers, with
@@ -53,6 +57,9 @@ func cmdTest(ctx context.Context, args []string, stdio Stdio) int {
 // runTest returns what differed between the test's expectation and what the pipeline's rules or
 // Go handler decided.
 func runTest(ctx context.Context, cfg *config.Config, t *config.Test) []string {
+	if t.Run != nil {
+		return runWorkflowTest(ctx, cfg, t)
+	}
 	p := cfg.Pipeline(t.Pipeline)
 	d := testDelivery(t.Message)
 	var problems []string
@@ -121,8 +128,17 @@ func testDelivery(m config.TestMessage) *engine.Delivery {
 // the server or the process it calls, hands it the delivery and closes it. It does not start the
 // handler: a test connects nowhere. A panic in the handler is an error, as is a failed build.
 func runHandler(ctx context.Context, cfg *config.Config, p *config.Pipeline, mock handlers.Mock, d *engine.Delivery) (res engine.Result, err error) {
+	redisName := ""
+	if p.Source != nil {
+		redisName = p.Source.Redis
+	}
+	return provisionAndHandle(ctx, cfg, p, redisName, mock, d)
+}
+
+// provisionAndHandle is runHandler with the redis block the handler gets (a workflow step's is
+// its workflow's).
+func provisionAndHandle(ctx context.Context, cfg *config.Config, p *config.Pipeline, redisName string, mock handlers.Mock, d *engine.Delivery) (res engine.Result, err error) {
 	hc := p.Handler
-	redisName := p.Source.Redis
 	if redisName == "" && len(cfg.Redis) == 1 {
 		redisName = cfg.Redis[0].Name
 	}
@@ -169,4 +185,274 @@ func samePayload(got, want []byte) bool {
 		return bytes.Equal(gb, wb)
 	}
 	return strings.TrimSpace(string(got)) == strings.TrimSpace(string(want))
+}
+
+// maxTestCalls bounds a workflow test's handler calls: a run that loops (a rule's next back to
+// an earlier step, a rule that always retries without a cap) fails the test instead of hanging.
+const maxTestCalls = 1000
+
+// testStart is the time a workflow test's run starts at; the test's clock moves only by the
+// delays it takes (retry_after, a step's delay), so a step's timeout fires when they add up.
+var testStart = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// workflowRun is one workflow test's run, offline: a MemStore, the graph's transitions, and the
+// steps' handlers (rules, handlers with the test's mocks, Go handlers as compiled).
+type workflowRun struct {
+	cfg   *config.Config
+	w     *config.Workflow
+	g     *workflow.Graph
+	test  *config.WorkflowTest
+	store *workflow.MemStore
+	now   time.Time
+	calls map[string]int // handler calls per step so far: the next call takes mock calls[step]
+	total int
+}
+
+// runWorkflowTest runs a test of a workflow and returns what differed from its expect block.
+func runWorkflowTest(ctx context.Context, cfg *config.Config, t *config.Test) []string {
+	w := cfg.Workflow(t.Workflow)
+	if w == nil {
+		return []string{fmt.Sprintf("no workflow %q", t.Workflow)}
+	}
+	g, err := testGraph(w)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	r := &workflowRun{cfg: cfg, w: w, g: g, test: t.Run, store: workflow.NewMemStore(), now: testStart, calls: map[string]int{}}
+	st, err := r.run(ctx)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	return compareRun(st, t.Run.Expect)
+}
+
+// testGraph is the workflow's graph, as `run` builds it.
+func testGraph(w *config.Workflow) (*workflow.Graph, error) {
+	defs := make([]workflow.StepDef, 0, len(w.Steps))
+	for _, s := range w.Steps {
+		defs = append(defs, workflow.StepDef{Name: s.Name, Next: s.Next, Compensate: s.Compensate,
+			OnTimeout: s.OnTimeout, Timeout: s.Timeout, Delay: s.Delay})
+	}
+	return workflow.NewGraph(w.Name, w.OnFailure, w.Retention, defs)
+}
+
+// run starts the run and delivers each step it enters until it ends.
+func (r *workflowRun) run(ctx context.Context) (*workflow.State, error) {
+	input := json.RawMessage(r.test.Input)
+	st, tr := r.g.Start("test", input, r.now)
+	if _, err := r.store.Create(ctx, st, tr); err != nil {
+		return nil, err
+	}
+	for {
+		entries := r.store.Entered()
+		if len(entries) == 0 {
+			break
+		}
+		for _, e := range entries {
+			if err := r.visit(ctx, e); err != nil {
+				return nil, err
+			}
+		}
+	}
+	st, err := r.store.Get(ctx, "test")
+	if err != nil {
+		return nil, err
+	}
+	if st.Status.Active() {
+		return nil, fmt.Errorf("the run stopped %s at step %q with nothing to deliver", st.Status, st.Step)
+	}
+	return st, nil
+}
+
+// visit delivers one entered step, attempt after attempt, until its visit settles: finished,
+// failed, or timed out.
+func (r *workflowRun) visit(ctx context.Context, e workflow.Entry) error {
+	r.now = r.now.Add(e.Transition.EnterDelay)
+	deadline := e.Transition.EnterDeadline
+	step := r.w.Step(e.Step)
+	if step == nil {
+		return fmt.Errorf("the run entered step %q, which workflow %q does not have", e.Step, r.w.Name)
+	}
+	p := step.Pipeline
+	policy := engine.Policy{MaxAttempts: p.MaxAttempts, DeadLetter: r.w.DeadLetter, Caps: engine.Capabilities{Ack: true, DurableDelay: true}}
+	if policy.DeadLetter == "" {
+		policy.DeadLetter = "dead"
+	}
+	for attempt := 1; ; attempt++ {
+		st, err := r.store.Get(ctx, e.Run)
+		if err != nil {
+			return err
+		}
+		if st.Stale(e.Visit) {
+			return nil
+		}
+		if !deadline.IsZero() && !r.now.Before(deadline) {
+			return r.apply(ctx, r.g.TimedOut(st, r.now))
+		}
+		if r.total++; r.total > maxTestCalls {
+			return fmt.Errorf("the run did not end within %d handler calls (at step %q)", maxTestCalls, e.Step)
+		}
+		d := r.delivery(st, e, attempt)
+		res, err := r.call(ctx, step, d)
+		if err != nil {
+			return err
+		}
+		if res.Err != nil && (res.Outcome.Kind == engine.KindAck || res.Outcome.Kind == engine.KindDrop) {
+			res.Outcome = engine.Retry()
+		}
+		dec := policy.Decide(d, res.Outcome, res.Err, r.now)
+		visit := d.Run.State.(*workflow.Visit)
+		switch dec.Settlement.Action {
+		case engine.ActAck:
+			if visit.Label == "" {
+				return fmt.Errorf("step %q: call %d settled as %s, which a workflow step cannot", e.Step, r.calls[e.Step], dec.Label)
+			}
+			return r.apply(ctx, r.g.Finish(st, d.Run, attempt, visit.Label, r.now))
+		case engine.ActDeadLetter:
+			return r.apply(ctx, r.g.Fail(st, attempt, dec.Note, r.now))
+		case engine.ActDelay:
+			r.now = dec.Settlement.Due
+		}
+	}
+}
+
+func (r *workflowRun) apply(ctx context.Context, t workflow.Transition) error {
+	if _, err := r.store.Apply(ctx, t); err != nil {
+		return err
+	}
+	return nil
+}
+
+// delivery is the step message of entry e as a step source delivers it, with the run's view.
+func (r *workflowRun) delivery(st *workflow.State, e workflow.Entry, attempt int) *engine.Delivery {
+	headers := map[string]string{}
+	if attempt > 1 {
+		headers[engine.HeaderRetryCount] = strconv.Itoa(attempt - 1)
+	}
+	steps := make(map[string]any, len(st.Steps))
+	for k, v := range st.Steps {
+		steps[k] = decodeJSON(v)
+	}
+	return &engine.Delivery{
+		Message: engine.Message{Key: "flowrun:{" + r.w.Name + "}:s:" + e.Step, Headers: headers},
+		Attempt: attempt,
+		Run: &engine.Run{ID: st.ID, Workflow: st.Workflow, Step: e.Step, Visit: e.Visit, StartedAt: st.StartedAt,
+			Input: decodeJSON(st.Input), Steps: steps, State: &workflow.Visit{State: st, Stale: st.Stale(e.Visit)}},
+	}
+}
+
+// decodeJSON is b's JSON value, or b as a string when it is not JSON.
+func decodeJSON(b []byte) any {
+	var v any
+	if len(b) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return string(b)
+	}
+	return v
+}
+
+// call runs one call of a step's handler through the step handler, with the step's next mock.
+func (r *workflowRun) call(ctx context.Context, s *config.Step, d *engine.Delivery) (engine.Result, error) {
+	n := r.calls[s.Name]
+	r.calls[s.Name]++
+	var mock *config.StepMock
+	if ms := r.test.Mocks[s.Name]; n < len(ms) {
+		mock = ms[n]
+	}
+	p := s.Pipeline
+	var failure error
+	inner := engine.HandlerFunc(func(ctx context.Context, d *engine.Delivery) engine.Result {
+		var res engine.Result
+		switch {
+		case mock != nil && mock.Mock == nil && p.Handler != nil:
+			res = engine.Result{Outcome: engine.Ack()} // output and outcome stand in for the handler
+		case p.Handler == nil:
+			res = p.Rules.Handle(ctx, d)
+		case mock == nil && p.Handler.Plugin.DecodeMock != nil:
+			failure = fmt.Errorf("step %q: call %d of its %s handler has no mock (the step has %d)", s.Name, n+1, p.Handler.Name, len(r.test.Mocks[s.Name]))
+			return engine.Result{Outcome: engine.Retry(), Err: failure}
+		default:
+			var hm handlers.Mock
+			if mock != nil {
+				hm = mock.Mock
+			}
+			var err error
+			if res, err = provisionAndHandle(ctx, r.cfg, p, r.w.Redis, hm, d); err != nil {
+				failure = fmt.Errorf("step %q: %w", s.Name, err)
+				return engine.Result{Outcome: engine.Retry(), Err: failure}
+			}
+		}
+		if mock != nil {
+			applyMock(mock, d, &res)
+		}
+		return res
+	})
+	res := workflow.NewStepHandler(r.g, s.Name, inner, stepPayload(s)).Handle(ctx, d)
+	return res, failure
+}
+
+// applyMock makes a step mock's output and outcome the call's.
+func applyMock(m *config.StepMock, d *engine.Delivery, res *engine.Result) {
+	if m.Output != nil {
+		d.Run.Output, d.Run.HasOutput = decodeJSON(m.Output), true
+	}
+	if o, ok := m.MockOutcome(); ok {
+		res.Outcome, res.Err = o, nil
+	}
+}
+
+// stepPayload is the step's payload expression as the step handler takes it; nil: the input.
+func stepPayload(s *config.Step) workflow.PayloadFunc {
+	if s.Payload == nil {
+		return nil
+	}
+	return func(d *engine.Delivery) ([]byte, error) {
+		v, err := s.Payload.Eval(d)
+		if err != nil {
+			return nil, err
+		}
+		switch v := v.(type) {
+		case string:
+			return []byte(v), nil
+		case []byte:
+			return v, nil
+		}
+		return json.Marshal(v)
+	}
+}
+
+// compareRun returns what differs between how the run ended and the test's expect block.
+func compareRun(st *workflow.State, e config.WorkflowExpect) []string {
+	var problems []string
+	if e.Status != "" && string(st.Status) != e.Status {
+		got := string(st.Status)
+		if st.Error != "" {
+			got += fmt.Sprintf(" (%s)", st.Error)
+		}
+		problems = append(problems, fmt.Sprintf("status: got %s, want %s", got, e.Status))
+	}
+	if path := st.Path(); e.HasPath && !slices.Equal(path, e.Path) {
+		problems = append(problems, fmt.Sprintf("path: got %s, want %s", quotedList(path), quotedList(e.Path)))
+	}
+	for _, name := range slices.Sorted(maps.Keys(e.Output)) {
+		want := e.Output[name]
+		got, ok := st.Steps[name]
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("output of step %q: none recorded, want %s", name, want))
+		case !samePayload(got, want):
+			problems = append(problems, fmt.Sprintf("output of step %q: got %s, want %s", name, got, want))
+		}
+	}
+	return problems
+}
+
+func quotedList(l []string) string {
+	q := make([]string, len(l))
+	for i, s := range l {
+		q[i] = strconv.Quote(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
 }

@@ -179,6 +179,7 @@ type Test struct {
 	pipelineRange hcl.Range        // the pipeline attribute's value
 	mock          *hcl.Block       // decoded by the pipeline's handler in the merge pass
 	mockCtx       *hcl.EvalContext // the functions of the file that holds the mock
+	wf            *workflowTestSrc // a workflow test's blocks, resolved in the merge pass
 }
 
 // TestMessage is a test's `message {}`. Key defaults to the source's NaturalKey.

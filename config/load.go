@@ -312,6 +312,7 @@ func merge(files []*fileConfig, complete bool) (*Config, hcl.Diagnostics) {
 	}
 	for _, t := range cfg.Tests {
 		diags = append(diags, resolveTest(t, pipelines)...)
+		diags = append(diags, resolveWorkflowTest(t, cfg.Workflows)...)
 	}
 	cfg.finishFingerprints()
 	return cfg, diags

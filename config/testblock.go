@@ -66,6 +66,9 @@ var expectEmitFields = []string{"kind", "key", "payload"}
 
 // decodeTestBlock decodes `test "NAME" {}` (SPEC §9). Its pipeline is resolved in the merge pass.
 func (d *fileDecoder) decodeTestBlock(block *hcl.Block) (*Test, hcl.Diagnostics) {
+	if namesWorkflow(block) {
+		return d.decodeWorkflowTest(block)
+	}
 	t := &Test{Name: block.Labels[0], DeclRange: block.DefRange, Message: TestMessage{Attempt: testAttemptAttr.Value.(int)}}
 	content, diags := block.Body.Content(testSchema)
 
@@ -432,7 +435,7 @@ func (e *TestExpect) String() string {
 // resolveTest checks that a test names a pipeline, decodes its mock with the pipeline's handler,
 // and defaults its message key.
 func resolveTest(t *Test, pipelines map[string]*Pipeline) hcl.Diagnostics {
-	if t.Pipeline == "" {
+	if t.Pipeline == "" || t.Run != nil {
 		return nil // reported as missing or empty already
 	}
 	pl, ok := pipelines[t.Pipeline]

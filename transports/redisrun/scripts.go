@@ -54,10 +54,10 @@ if has == '1' then redis.call('HSET', KEYS[2], outstep, out) end
 local es, en = list()
 if en > 0 then redis.call('RPUSH', KEYS[3], unpack(ARGV, es, es + en - 1)) end
 if mode == 'c' then redis.call('ZADD', KEYS[4], started, id) end
-local done, retention = nxt(), nxt()
 local ostep = old and old[2]
-if ostep and ostep ~= '' and (enter ~= '' or done == '1') then redis.call('HINCRBY', KEYS[5], ostep, -1) end
+if ostep and ostep ~= '' then redis.call('HINCRBY', KEYS[5], ostep, -1) end
 if enter ~= '' then redis.call('HINCRBY', KEYS[5], enter, 1) end
+local done, retention = nxt(), nxt()
 if done == '1' then
   for k = 1, 3 do redis.call('PEXPIRE', KEYS[k], retention) end
 elseif old and old[3] ~= 'running' and old[3] ~= 'waiting' and old[3] ~= 'compensating' then
