@@ -106,6 +106,30 @@ func (v *Value) Eval(d *engine.Delivery) (any, error) {
 	return v.run(&s)
 }
 
+// EvalPayload is Eval written as an emit's payload is: a string as its bytes, any other value
+// as its JSON text. A step's payload (workflow.PayloadFunc).
+func (v *Value) EvalPayload(d *engine.Delivery) ([]byte, error) {
+	out, err := v.Eval(d)
+	if err != nil {
+		return nil, err
+	}
+	return encodePayload(out)
+}
+
+// EvalString is Eval written as a header value is (numbers in decimal, other non-strings as
+// JSON); a nil result is an error, so a missing field never names one thing for every message
+// that lacks it. A workflow's run_id.
+func (v *Value) EvalString(d *engine.Delivery) (string, error) {
+	out, err := v.Eval(d)
+	if err != nil {
+		return "", err
+	}
+	if out == nil {
+		return "", fmt.Errorf("%s gave nil", v.src)
+	}
+	return headerString(out)
+}
+
 func compile(src string, kind exprKind) (program, error) {
 	if strings.TrimSpace(src) == "" {
 		return program{}, &Error{Line: 1, Column: 1, Message: "empty expression"}

@@ -153,3 +153,28 @@ func TestValueEval(t *testing.T) {
 		t.Errorf("Eval error %v, want an *EvalError", err)
 	}
 }
+
+func TestValueEvalPayloadAndString(t *testing.T) {
+	d := stepDelivery()
+	for src, want := range map[string]string{
+		"{'sku': input.sku, 'qty': input.qty}": `{"qty":2,"sku":"A-1"}`,
+		"input.sku":                            `A-1`,
+		"input":                                `{"qty":2,"recipients":["a@x","b@x"],"sku":"A-1"}`,
+	} {
+		if got, err := mustValue(t, src).EvalPayload(d); err != nil || string(got) != want {
+			t.Errorf("EvalPayload(%s) = %s, %v; want %s", src, got, err, want)
+		}
+	}
+	id := delivery(`{"order_id":"o-1","n":42,"big":1e21}`, nil)
+	for src, want := range map[string]string{"payload.order_id": "o-1", "payload.n": "42", "key + '/' + id": "orders/1-0"} {
+		if got, err := mustValue(t, src).EvalString(id); err != nil || got != want {
+			t.Errorf("EvalString(%s) = %q, %v; want %q", src, got, err, want)
+		}
+	}
+	if _, err := mustValue(t, "payload.missing").EvalString(id); err == nil || err.Error() != "payload.missing gave nil" {
+		t.Errorf("EvalString of nil: %v", err)
+	}
+	if _, err := mustValue(t, "payload.order_id.x").EvalString(id); err == nil {
+		t.Error("EvalString of a failing expression: no error")
+	}
+}
