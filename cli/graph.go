@@ -27,7 +27,7 @@ func cmdGraph(args []string, stdio Stdio) int {
 	if cfg == nil {
 		return ExitConfig
 	}
-	g := buildGraph(cfg.Pipelines)
+	g := buildGraph(cfg.Pipelines, cfg.Workflows...)
 	if *format == "dot" {
 		g.writeDOT(stdio.Out)
 	} else {
@@ -41,32 +41,44 @@ func cmdGraph(args []string, stdio Stdio) int {
 // pipeline's emits, retry copies or dead letters go to another's source, the two are linked
 // through that key: a --> key --> b.
 type graph struct {
-	nodes []graphNode // pipelines in name order, then keys in name order
-	edges []graphEdge // per pipeline in name order: source, emits, retry, dead letter
+	nodes     []graphNode // pipelines in name order, then keys in name order
+	edges     []graphEdge // per pipeline in name order: source, emits, retry, dead letter
+	workflows []*workflowGraph
+
+	used map[string]bool // node ids taken
+	keys map[graphKey]string
 }
 
 type graphNode struct {
 	id, label string
 	pipeline  bool
+	shape     nodeShape // a workflow's nodes only
 }
 
-type graphEdge struct{ from, to, label string }
+type graphEdge struct {
+	from, to, label string
+	dashed          bool // a workflow's timeouts and compensations
+}
 
-func buildGraph(pipelines []*config.Pipeline) *graph {
+// newID returns an id made of prefix and name that no node has yet.
+func (g *graph) newID(prefix, name string) string {
+	base := prefix + sanitizeID(name)
+	id := base
+	for n := 2; g.used[id]; n++ {
+		id = fmt.Sprintf("%s_%d", base, n)
+	}
+	g.used[id] = true
+	return id
+}
+
+// buildGraph draws the pipelines, and each workflow as a state diagram of its own whose start
+// is fed by its start source's key node (shared with the pipelines).
+func buildGraph(pipelines []*config.Pipeline, workflows ...*config.Workflow) *graph {
 	ps := append([]*config.Pipeline(nil), pipelines...)
 	sort.Slice(ps, func(i, j int) bool { return ps[i].Name < ps[j].Name })
 
-	g := &graph{}
-	used := map[string]bool{}
-	newID := func(prefix, name string) string {
-		base := prefix + sanitizeID(name)
-		id := base
-		for n := 2; used[id]; n++ {
-			id = fmt.Sprintf("%s_%d", base, n)
-		}
-		used[id] = true
-		return id
-	}
+	g := &graph{used: map[string]bool{}, keys: map[graphKey]string{}}
+	newID := g.newID
 	pid := map[string]string{}
 	for _, p := range ps {
 		pid[p.Name] = newID("p_", p.Name)
@@ -76,6 +88,11 @@ func buildGraph(pipelines []*config.Pipeline) *graph {
 	keySet := map[graphKey]bool{}
 	for _, p := range ps {
 		for _, k := range pipelineKeys(p) {
+			keySet[k] = true
+		}
+	}
+	for _, w := range workflows {
+		if k, ok := sourceKey(w.Start); ok {
 			keySet[k] = true
 		}
 	}
@@ -89,7 +106,7 @@ func buildGraph(pipelines []*config.Pipeline) *graph {
 		}
 		return !keys[i].records && keys[j].records
 	})
-	kid := map[graphKey]string{}
+	kid := g.keys
 	for _, k := range keys {
 		if k.records {
 			kid[k] = newID("r_", k.name)
@@ -111,18 +128,19 @@ func buildGraph(pipelines []*config.Pipeline) *graph {
 		id := pid[p.Name]
 		if p.Source != nil {
 			if k, ok := sourceKey(p); ok {
-				add(graphEdge{kid[k], id, p.Source.Kind})
+				add(graphEdge{from: kid[k], to: id, label: p.Source.Kind})
 			} else {
 				// a source without one key (several channels): a node of its own
 				sid := newID("s_", p.Name)
 				g.nodes = append(g.nodes, graphNode{id: sid, label: p.Source.Kind})
-				add(graphEdge{sid, id, p.Source.Kind})
+				add(graphEdge{from: sid, to: id, label: p.Source.Kind})
 			}
 		}
 		for _, o := range outputs(p) {
-			add(graphEdge{id, kid[o.key], o.label})
+			add(graphEdge{from: id, to: kid[o.key], label: o.label})
 		}
 	}
+	g.addWorkflows(workflows)
 	return g
 }
 
@@ -222,6 +240,7 @@ func (g *graph) writeMermaid(w io.Writer) {
 	for _, e := range g.edges {
 		fmt.Fprintf(&b, "  %s -->|%s| %s\n", e.from, q(e.label), e.to)
 	}
+	g.mermaidWorkflows(&b, q)
 	io.WriteString(w, b.String())
 }
 
@@ -242,6 +261,7 @@ func (g *graph) writeDOT(w io.Writer) {
 	for _, e := range g.edges {
 		fmt.Fprintf(&b, "  %s -> %s [label=%s];\n", q(e.from), q(e.to), q(e.label))
 	}
+	g.dotWorkflows(&b, q)
 	b.WriteString("}\n")
 	io.WriteString(w, b.String())
 }
