@@ -54,10 +54,10 @@ if has == '1' then redis.call('HSET', KEYS[2], outstep, out) end
 local es, en = list()
 if en > 0 then redis.call('RPUSH', KEYS[3], unpack(ARGV, es, es + en - 1)) end
 if mode == 'c' then redis.call('ZADD', KEYS[4], started, id) end
-local ostep = old and old[2]
-if ostep and ostep ~= '' then redis.call('HINCRBY', KEYS[5], ostep, -1) end
-if enter ~= '' then redis.call('HINCRBY', KEYS[5], enter, 1) end
 local done, retention = nxt(), nxt()
+local ostep = old and old[2]
+if ostep and ostep ~= '' and (enter ~= '' or done == '1') then redis.call('HINCRBY', KEYS[5], ostep, -1) end
+if enter ~= '' then redis.call('HINCRBY', KEYS[5], enter, 1) end
 if done == '1' then
   for k = 1, 3 do redis.call('PEXPIRE', KEYS[k], retention) end
 elseif old and old[3] ~= 'running' and old[3] ~= 'waiting' and old[3] ~= 'compensating' then
@@ -107,4 +107,23 @@ for _, m in ipairs(due) do
   end
 end
 return {moved, kept}
+`)
+
+// keepAliveScript resets the idle time of step messages this consumer still owns, so a slow
+// handler's entry is not taken over by another process while it runs (as SPEC §4's claiming
+// keep-alive): for each id in ARGV[3..], only when XPENDING names ARGV[2] its owner, XCLAIM … 0
+// JUSTID (idle reset, delivery count unchanged). Returns the ids another consumer owns now.
+var keepAliveScript = redis.NewScript(`
+local other = {}
+for i = 3, #ARGV do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if p[1] then
+    if p[1][2] == ARGV[2] then
+      redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+    else
+      other[#other + 1] = ARGV[i]
+    end
+  end
+end
+return other
 `)

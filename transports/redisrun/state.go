@@ -51,11 +51,14 @@ func nonNil(l []string) []string     { return append([]string{}, l...) }
 func parseList(s string) []string    { var l []string; _ = json.Unmarshal([]byte(s), &l); return l }
 func eventJSON(e workflow.Event) any { b, _ := json.Marshal(e); return string(b) }
 
-// transitionFields are the run hash fields a transition sets: everything that moves.
+// transitionFields are the run hash fields a transition sets: everything that moves. The visit
+// goes up with every transition applied, a run's end included (unlike workflow.State.Apply, which
+// raises it only on entering a step), so that a transition decided on the run before it ended (a
+// cancel racing the last step) finds its visit gone and changes nothing; a retried run's step
+// visits skip that one number.
 func transitionFields(t workflow.Transition) []any {
-	return []any{
+	f := []any{
 		fStatus, string(t.Status),
-		fStep, t.Enter,
 		fVisit, itoa(t.Visit + 1),
 		fError, t.Error,
 		fFinished, jsonList(t.Finished),
@@ -65,6 +68,11 @@ func transitionFields(t workflow.Transition) []any {
 		fCompensated, boolField(t.Compensated),
 		fUpdatedAt, msOf(t.At),
 	}
+	if t.Enter != "" || t.Done {
+		// The run's current step: the one entered, none once ended (as State.Apply).
+		f = append(f, fStep, t.Enter)
+	}
+	return f
 }
 
 // stateFields are a new run's hash fields.
