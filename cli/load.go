@@ -53,7 +53,11 @@ func cmdValidate(args []string, stdio Stdio) int {
 	if cfg == nil {
 		return ExitConfig
 	}
-	fmt.Fprintf(stdio.Out, "ok: %d pipelines\n", len(cfg.Pipelines))
+	if n := len(cfg.Workflows); n > 0 {
+		fmt.Fprintf(stdio.Out, "ok: %d pipelines, %d workflows\n", len(cfg.Pipelines), n)
+	} else {
+		fmt.Fprintf(stdio.Out, "ok: %d pipelines\n", len(cfg.Pipelines))
+	}
 	return ExitOK
 }
 

@@ -110,14 +110,15 @@ func checkWorkflowCluster(w *Workflow, redis map[string]*Redis) hcl.Diagnostics 
 	if r == nil || len(r.Cluster) == 0 || w.deadLetterRange.Filename == "" {
 		return nil
 	}
-	if tag, ok := keyslot.HashTag(w.DeadLetter); ok && tag == w.Name {
+	own := keyslot.Of(DefaultDeadLetter(w.Name))
+	if keyslot.Of(w.DeadLetter) == own {
 		return nil
 	}
 	return hcl.Diagnostics{{
 		Severity: hcl.DiagError,
-		Summary:  "Keys in different hash slots",
-		Detail: fmt.Sprintf("redis %q is a Cluster, and every key of workflow %q lives in the slot of the hash tag {%s}; the dead letter must too: write it as \"flowrun:{%s}:dead\" or another key holding {%s}.",
-			r.Name, w.Name, w.Name, w.Name, w.Name),
+		Summary:  "Keys in different cluster slots",
+		Detail: fmt.Sprintf("The redis block %q is a Redis Cluster, and every key of workflow %q is in slot %d (the hash tag {%s}), where the script that fails a run writes the dead letter too, but dead_letter %q is in slot %d. Give it the hash tag: dead_letter = %q.",
+			r.Name, w.Name, own, w.Name, w.DeadLetter, keyslot.Of(w.DeadLetter), "flowrun:{"+w.Name+"}:dead"),
 		Subject: w.deadLetterRange.Ptr(),
 	}}
 }
@@ -153,15 +154,15 @@ func checkWorkflowNames(ws []*Workflow, pipelines map[string]*Pipeline) hcl.Diag
 			if !clash {
 				continue
 			}
-			what := fmt.Sprintf("workflow %q runs its start as the pipeline %q", w.Name, pl.Name)
+			what, at := fmt.Sprintf("workflow %q runs its start as the pipeline %q", w.Name, pl.Name), w.DeclRange
 			if pl != w.Start {
-				what = fmt.Sprintf("workflow %q runs a step as the pipeline %q", w.Name, pl.Name)
+				what, at = fmt.Sprintf("workflow %q runs a step as the pipeline %q", w.Name, pl.Name), pl.DeclRange
 			}
 			diags = append(diags, &hcl.Diagnostic{
 				Severity: hcl.DiagError,
 				Summary:  "Duplicate pipeline name",
 				Detail:   fmt.Sprintf("The %s, but a pipeline block of that name is declared at %s; rename one of them.", what, where(other.DeclRange)),
-				Subject:  pl.DeclRange.Ptr(),
+				Subject:  at.Ptr(),
 			})
 		}
 	}

@@ -201,6 +201,7 @@ var guides = []struct{ path, title, what string }{
 	{"envelopes.md", "Envelopes", "list elements and Pub/Sub messages with headers, base64 for binary payloads, a worked example"},
 	{"settlement.md", "Sources and how they settle", "per source kind, what each outcome does in Redis; attempts, caps, dead letters and delays; failed settlements"},
 	{"flow-control.md", "Flow control", "`concurrency_key`, `throttle` and `dedupe`, and the keys they keep in Redis"},
+	{"workflows.md", "Workflows", "runs of several steps: the model, every attribute, moving on exactly once, the idempotency key, compensation, the keys in Redis, what a crash costs"},
 	{"logging.md", "Logging", "formats, colour, levels, units (durations in `_ms` fields), progress lines and the end-of-input summary"},
 	{"operating.md", "Operating flowrun", "logs, metrics, progress, stopping, reload, Redis faults, retention, memory, Redis connections"},
 	{"inspecting-and-redriving.md", "Inspecting and redriving", "`flowrun inspect`, `flowrun dlq list|redrive|purge` and `--where`"},

@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"strings"
@@ -111,6 +112,11 @@ type TestMessage struct {
 	// DeliveryCount and IdleMS are as a claiming or reclaim source sets them.
 	DeliveryCount int
 	IdleMS        int64
+	// Run makes the message a visit of a workflow step (nil: a pipeline's message): the
+	// handler sees it through Message.Run, its Output is recorded in Result.Output, and the
+	// message gets the x-idempotency-key header the step would (unless Headers sets one).
+	// Visit 0 counts as 1.
+	Run *RunInfo
 }
 
 // Result is what the engine makes of one Handle call.
@@ -123,6 +129,9 @@ type Result struct {
 	// Err is the handler's error, a failed Emit's, or the error of a handler that returned no
 	// outcome; the engine logs it.
 	Err error
+	// Output is what the handler set with Emitter.Output, as JSON, when the TestMessage had a
+	// Run and Err is nil; nil otherwise.
+	Output json.RawMessage
 }
 
 // Call hands m to h as the engine would, without a pipeline: for a handler's tests and
@@ -136,6 +145,16 @@ func Call(ctx context.Context, h Handler, m TestMessage) Result {
 		DeliveryCount: m.DeliveryCount,
 		IdleMS:        m.IdleMS,
 	}
+	if m.Run != nil {
+		d.Run = m.Run.engineRun()
+		if _, ok := headers[engine.HeaderIdempotencyKey]; !ok {
+			headers[engine.HeaderIdempotencyKey] = engine.IdempotencyKey(d.Run.Workflow, d.Run.ID, d.Run.Step, d.Run.Visit, -1)
+		}
+	}
 	o, emits, err := invoke(ctx, h, Message{d: d}, zerolog.Nop())
-	return Result{Outcome: o, Emits: emits, Err: err}
+	res := Result{Outcome: o, Emits: emits, Err: err}
+	if d.Run != nil && d.Run.HasOutput {
+		res.Output, _ = d.Run.Output.(json.RawMessage)
+	}
+	return res
 }

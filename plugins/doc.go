@@ -120,8 +120,8 @@
 //
 // The Message is a read-only view of the delivery: Key, ID, Header, LookupHeader, Headers (in
 // name order), Payload (a copy, yours to change), PayloadReader (no copy) and Attempt (1 for a
-// first delivery; SPEC §5), plus DeliveryCount and IdleMS for claiming and reclaim sources. Do not
-// keep it after Handle returns.
+// first delivery; SPEC §5), plus DeliveryCount and IdleMS for claiming and reclaim sources, and
+// Run in a workflow step (below). Do not keep it after Handle returns.
 //
 // The context is not cancelled by the stop signal: after a stop, in-flight handlers may finish
 // within the pipeline's shutdown_timeout, and the context is cancelled only when that grace runs
@@ -151,6 +151,24 @@
 //
 // A panic inside Handle is recovered by the engine and counts as a retry; the panic value and
 // the stack are logged once for that delivery. The process never crashes for a handler's sake.
+//
+// # A handler in a workflow step
+//
+// A workflow step (SPEC §16) may be a Go handler: handler "NAME" {} inside a step block. It is
+// handled as in a pipeline (attempts, max_attempts, outcomes, emits), and sees its run through
+// m.Run(), which reports false for a pipeline's message: the run's ID, Workflow, the Step and
+// its Visit number, StartedAt, the run's Input and the finished steps' outputs (Steps), decoded
+// JSON, copies the handler may change. The step records what the handler passes to
+// emit.Output(v), v as encoding/json writes it (a json.RawMessage as it is; the last call
+// wins; like an emit, it counts only when Handle returns no error); outside a workflow Output
+// does nothing, so one handler serves both. Ack finishes the step and moves the run on; retries
+// retry the step; Drop cancels the run and a dead letter fails it.
+//
+// A step's handler runs at least once per visit, and again after a crash before the visit was
+// recorded: the header x-idempotency-key, <workflow>/<run>/<step>/<visit> (the same across the
+// retries of one visit), is what to give the service you call so it does the work once. Call
+// with a TestMessage whose Run is set hands the handler such a visit and reports the output in
+// Result.Output.
 //
 // # Testing a handler
 //
@@ -291,7 +309,10 @@
 // a connection error, TLS failure or timeout → retry, with the error logged. Redirects are
 // followed only for 307 and 308, which keep the method and body; a 301, 302 or 303 is a status
 // like any other (dead letter), since following it would turn a POST into a bodiless GET.
-// One client with one connection pool serves each pipeline.
+// One client with one connection pool serves each pipeline. A message with the header
+// x-idempotency-key (every workflow step's) sends it as the request header Idempotency-Key
+// too. In a workflow step, a 2xx response's body is the step's output: its JSON when it is
+// JSON, else the body as a string; a body over 1 MiB is a dead letter.
 //
 // exec runs one process per message, without a shell:
 //
@@ -314,5 +335,7 @@
 // outcome is retry. Without emit_stdout, stdout is discarded (flowrun's own stdout may carry
 // records); with it, after exit 0, each non-blank line is emitted as a record under that key,
 // written to flowrun's stdout like a rule's emit "record" (more than 4 MiB of stdout is a dead
-// letter, never a silent cut).
+// letter, never a silent cut). In a workflow step stdout is the step's output after exit 0: its
+// JSON when it is JSON, else the text as a string without its trailing line breaks (as a
+// shell's $(...) reads it); more than 1 MiB is a dead letter.
 package plugins

@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -201,13 +202,16 @@ func (t KindTarget) engine(dir, redis string) (engine.Target, string) {
 // Emitter takes the messages a handler emits. They are written after Handle returns and before
 // the delivery is settled (SPEC §7), and only when Handle returns no error; if writing them
 // fails, the delivery is retried, so an emit may be written twice but is never lost. An Emitter
-// is safe for concurrent use, and valid until Handle returns.
+// is safe for concurrent use, and valid until Handle returns. In a workflow step, Output sets
+// what the step records.
 type Emitter struct {
 	mu     sync.Mutex
 	emits  []Emitted
 	err    error
 	closed bool
 	log    zerolog.Logger
+	inRun  bool            // the delivery is a workflow step's: Output records
+	output json.RawMessage // what Output set; nil: nothing
 }
 
 // Emitted is one message a handler emitted, as Call reports it.

@@ -169,7 +169,7 @@ func (h *execHandler) Handle(ctx context.Context, m Message, emit *Emitter) (Out
 	stderr := &tailBuffer{max: execStderrTail}
 	cmd.Stderr = stderr
 	var stdout *cappedBuffer
-	if h.emitStdout != "" {
+	if h.emitStdout != "" || m.inRun() { // a workflow step records stdout as its output
 		stdout = &cappedBuffer{max: execMaxStdout}
 		cmd.Stdout = stdout
 	} // else the child's stdout is /dev/null: flowrun's own stdout may carry records.
@@ -185,7 +185,7 @@ func (h *execHandler) Handle(ctx context.Context, m Message, emit *Emitter) (Out
 		if err != nil {
 			h.log.Warn().Str("command", h.argv[0]).Msg("exec: command exited 0 but left a process holding its output; output closed")
 		}
-		return h.success(stdout, emit), nil
+		return h.success(stdout, emit, m.inRun()), nil
 	case ctx.Err() != nil:
 		return Retry(), fmt.Errorf("exec: %s: stopped at shutdown: %w", h.argv[0], ctx.Err())
 	case tctx.Err() != nil:
@@ -212,13 +212,23 @@ func (h *execHandler) Handle(ctx context.Context, m Message, emit *Emitter) (Out
 	return DeadLetter(reason), nil
 }
 
-// success acks, emitting stdout's lines as records when emit_stdout is set.
-func (h *execHandler) success(stdout *cappedBuffer, emit *Emitter) Outcome {
+// success acks, emitting stdout's lines as records when emit_stdout is set and recording stdout
+// as the output in a workflow step.
+func (h *execHandler) success(stdout *cappedBuffer, emit *Emitter, inRun bool) Outcome {
 	if stdout == nil {
 		return Ack()
 	}
 	if stdout.over {
 		return DeadLetter(fmt.Sprintf("exec: stdout exceeded %d bytes", execMaxStdout))
+	}
+	if inRun {
+		if len(stdout.buf) > maxOutput {
+			return DeadLetter(fmt.Sprintf("exec: stdout exceeds %d bytes, the most a step's output may be", maxOutput))
+		}
+		emit.Output(stdoutOutput(stdout.buf))
+	}
+	if h.emitStdout == "" {
+		return Ack()
 	}
 	to := ToRecord(h.emitStdout)
 	for line := range bytes.SplitSeq(stdout.buf, []byte{'\n'}) {

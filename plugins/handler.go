@@ -274,14 +274,18 @@ func (a *adapter) Close() error {
 
 // invoke calls h.Handle and applies the rules every caller shares (the engine through the
 // adapter, tests through Call): an emit error or a missing outcome is an error, an error turns
-// an ack, a drop or no outcome into a retry and discards the emits.
+// an ack, a drop or no outcome into a retry and discards the emits and the output; without one,
+// the output is written into the delivery's run.
 func invoke(ctx context.Context, h Handler, m Message, log zerolog.Logger) (Outcome, []Emitted, error) {
-	em := &Emitter{log: log}
+	em := &Emitter{log: log, inRun: m.inRun()}
 	defer em.close() // also on a panic, so a late Emit from a goroutine is dropped and logged
 	o, err := h.Handle(ctx, m, em)
 	emits, emitErr := em.close()
 	if err == nil {
 		err = emitErr
+	}
+	if err == nil && em.output != nil {
+		m.d.Run.Output, m.d.Run.HasOutput = em.output, true
 	}
 	if err == nil && o.kind == outcomeNone {
 		err = errNoOutcome

@@ -20,6 +20,8 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/flowrun/flowrun/engine"
 )
 
 // Defaults and limits of the http handler.
@@ -210,7 +212,7 @@ func (h *httpHandler) Close() error {
 	return nil
 }
 
-func (h *httpHandler) Handle(ctx context.Context, m Message, _ *Emitter) (Outcome, error) {
+func (h *httpHandler) Handle(ctx context.Context, m Message, emit *Emitter) (Outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	payload := m.Payload()
@@ -228,7 +230,25 @@ func (h *httpHandler) Handle(ctx context.Context, m Message, _ *Emitter) (Outcom
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
 		_ = resp.Body.Close()
 	}()
-	return h.outcome(resp, m.Attempt()), nil
+	o := h.outcome(resp, m.Attempt())
+	if o == Ack() && m.inRun() {
+		return recordBody(resp, emit)
+	}
+	return o, nil
+}
+
+// recordBody records a 2xx response's body as the workflow step's output (SPEC §16) and acks.
+func recordBody(resp *http.Response, emit *Emitter) (Outcome, error) {
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxOutput+1))
+	if err != nil {
+		// The server did the work; a retry repeats it under the same Idempotency-Key.
+		return Retry(), fmt.Errorf("http: reading the response body: %w", err)
+	}
+	if len(b) > maxOutput {
+		return DeadLetter(fmt.Sprintf("http %d: the response body exceeds %d bytes, the most a step's output may be", resp.StatusCode, maxOutput)), nil
+	}
+	emit.Output(textOutput(b))
+	return Ack(), nil
 }
 
 // setHeaders writes the message headers under the prefix, the content type, then the configured
@@ -257,6 +277,11 @@ func (h *httpHandler) setHeaders(req *http.Request, m Message, isJSON bool) {
 	// The handler span's traceparent (SPEC §14); the global propagator is a no-op unless
 	// flowrun exports traces. Headers set in the block come after and win.
 	otel.GetTextMapPropagator().Inject(req.Context(), propagation.HeaderCarrier(req.Header))
+	// A workflow step's visit key (SPEC §16), under the name servers look for (IETF
+	// draft-ietf-httpapi-idempotency-key-header), so a repeated call is recognised.
+	if key, ok := m.LookupHeader(engine.HeaderIdempotencyKey); ok && key != "" && validHeaderValue(key) {
+		req.Header.Set("Idempotency-Key", key)
+	}
 	for _, k := range sortedKeys(h.headers) {
 		v := h.headers[k]
 		if http.CanonicalHeaderKey(k) == "Host" {

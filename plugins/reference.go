@@ -90,11 +90,11 @@ var mockBodies = map[string]*schema.Body{
 	"http": {Attrs: []schema.Attr{
 		schema.Int("status").WithDefault(http.StatusOK).Describe("The response status."),
 		schema.StringMap("headers").Describe("Response headers (`{ \"Retry-After\" = \"7\" }`)."),
-		{Name: "body", Type: "string or any value", Doc: "The response body: a string, or any other value as its JSON text."},
+		{Name: "body", Type: "string or any value", Doc: "The response body: a string, or any other value as its JSON text. In a workflow step it is the step's output."},
 	}},
 	"exec": {Attrs: []schema.Attr{
 		schema.Int("exit").WithDefault(0).Describe("The exit status: 0 acks, 75 retries, any other dead-letters."),
-		schema.String("stdout").Describe("What the process prints on stdout (`emit_stdout` reads it)."),
+		schema.String("stdout").Describe("What the process prints on stdout (`emit_stdout` reads it; in a workflow step it is the step's output)."),
 		schema.String("stderr").Describe("What it prints on stderr; its last line goes into the dead-letter reason."),
 	}},
 }

@@ -142,3 +142,34 @@ pipeline "fine-single-node" {
     outcome = "retry_after('5s')"
   }
 }
+
+# A workflow's keys live under flowrun:{NAME}:, so its dead letter must too (SPEC §16).
+workflow "order" {
+  redis       = "cluster"
+  dead_letter = "order.dead"
+  start {
+    source "stream" {
+      stream = "orders"
+    }
+  }
+  step "s" {
+    rule "r" {
+      outcome = "ack"
+    }
+  }
+}
+
+workflow "tagged" {
+  redis       = "cluster"
+  dead_letter = "flowrun:{tagged}:failed"
+  start {
+    source "stream" {
+      stream = "{tagged}orders"
+    }
+  }
+  step "s" {
+    rule "r" {
+      outcome = "ack"
+    }
+  }
+}
