@@ -294,14 +294,15 @@ func (s *Store) Begin(ctx context.Context, input []byte, fingerprint string) (st
 	return id, nil
 }
 
-// ErrNotActive is returned by Cancel for a run that has ended.
+// ErrNotActive is returned by Cancel for a run that has ended, or that is compensating already
+// (it ends as it was going to).
 var ErrNotActive = errors.New("run is not active")
 
 // changeRetries bounds how often Cancel and Retry read the run again after it moved under them.
 const changeRetries = 5
 
-// Cancel cancels an active run (runs cancel); workflow.ErrNoRun when there is none, ErrNotActive
-// when it has ended.
+// Cancel cancels a running run (runs cancel), compensations first under "compensate";
+// workflow.ErrNoRun when there is none, ErrNotActive when it has ended or is compensating.
 func (s *Store) Cancel(ctx context.Context, id string) error {
 	return s.change(ctx, id, func(st *workflow.State) (workflow.Transition, error) {
 		if !st.Status.Active() {
@@ -330,6 +331,11 @@ func (s *Store) change(ctx context.Context, id string, decide func(*workflow.Sta
 		t, err := decide(st)
 		if err != nil {
 			return err
+		}
+		if t.Visit == workflow.NoVisit {
+			// The graph changes nothing (a cancel of a run compensating already: it ends as
+			// it was going to).
+			return fmt.Errorf("redisrun: run %s is %s: %w", id, st.Status, ErrNotActive)
 		}
 		ok, err := s.Apply(ctx, t)
 		if err != nil || ok {
