@@ -90,6 +90,8 @@ func Run(ctx context.Context, args []string, stdio Stdio) int {
 			return ExitOK
 		}
 		return cmdDLQ(ctx, rest, stdio)
+	case "runs":
+		return cmdRuns(ctx, rest, stdio)
 	case "graph":
 		return cmdGraph(rest, stdio)
 	case "plugins":

@@ -45,9 +45,12 @@ func cmdCompletion(args []string, stdio Stdio) int {
 // commandFlags lists a command's flags ("--name") as its help prints them.
 func commandFlags(name string) []string {
 	var out strings.Builder
-	if name == "dlq" {
+	switch {
+	case name == "dlq":
 		writeDLQHelp(Stdio{Out: &out, Err: io.Discard})
-	} else if name != "help" && name != "completion" {
+	case name == "runs":
+		writeRunsHelp(Stdio{Out: &out, Err: io.Discard})
+	case name != "help" && name != "completion":
 		Run(context.Background(), []string{name, "--help"}, Stdio{In: strings.NewReader(""), Out: &out, Err: io.Discard})
 	}
 	var flags []string
@@ -71,6 +74,8 @@ func writeBash(w io.Writer, flags map[string][]string) {
 		switch c.name {
 		case "dlq":
 			extra = "list redrive purge "
+		case "runs":
+			extra = strings.Join(runsSubcommands, " ") + " "
 		case "completion":
 			extra = "bash zsh fish "
 		case "help":
@@ -79,7 +84,7 @@ func writeBash(w io.Writer, flags map[string][]string) {
 		fmt.Fprintf(&b, "    %s) words=%q ;;\n", c.name, extra+strings.Join(flags[c.name], " "))
 	}
 	b.WriteString("  esac\n")
-	b.WriteString("  if [[ $cur == -* || -n $words && ${COMP_WORDS[1]} =~ ^(dlq|completion|help)$ && $COMP_CWORD -eq 2 ]]; then\n")
+	b.WriteString("  if [[ $cur == -* || -n $words && ${COMP_WORDS[1]} =~ ^(dlq|runs|completion|help)$ && $COMP_CWORD -eq 2 ]]; then\n")
 	b.WriteString("    COMPREPLY=($(compgen -W \"$words\" -- \"$cur\"))\n  else\n")
 	b.WriteString("    COMPREPLY=($(compgen -f -- \"$cur\"))\n  fi\n}\ncomplete -o default -F _flowrun flowrun\n")
 	io.WriteString(w, b.String())
@@ -96,6 +101,7 @@ func writeFish(w io.Writer, flags map[string][]string) {
 		}
 	}
 	b.WriteString("complete -c flowrun -f -n '__fish_seen_subcommand_from dlq' -a 'list redrive purge'\n")
+	fmt.Fprintf(&b, "complete -c flowrun -f -n '__fish_seen_subcommand_from runs' -a %s\n", fishQuote(strings.Join(runsSubcommands, " ")))
 	b.WriteString("complete -c flowrun -f -n '__fish_seen_subcommand_from completion' -a 'bash zsh fish'\n")
 	fmt.Fprintf(&b, "complete -c flowrun -f -n '__fish_seen_subcommand_from help' -a %s\n", fishQuote(strings.Join(commandNames(), " ")))
 	io.WriteString(w, b.String())

@@ -36,12 +36,15 @@ var commands = []command{
 	{"test", "[PATH...]", "run the test blocks of the files and print a line per test",
 		"flowrun test examples/",
 		"0 all pass; 1 otherwise"},
-	{"inspect", "[flags] [PATH...]", "per pipeline: backlog, lag, pending, delayed, dead letters",
+	{"inspect", "[flags] [PATH...]", "per pipeline: backlog, lag, pending, delayed, dead letters; per workflow: runs per status and per step",
 		"flowrun inspect --json --pipeline payouts examples/",
 		"0; 1 config or usage error; 2 when Redis cannot be reached"},
 	{"dlq", "list|redrive|purge PIPELINE [--limit N] [--where EXPR] [PATH...]", "show dead letters, move them back to the source, or delete them",
 		"flowrun dlq list payouts --limit 20 examples/",
 		"0; 1 config, usage or filter error; 2 when Redis cannot be reached"},
+	{"runs", "list|show|start|cancel|retry WORKFLOW [RUN] [flags] [PATH...]", "list a workflow's runs, show one with its history, start, cancel or retry one",
+		"flowrun runs show order 1042 --json examples/",
+		"0; 1 config or usage error, an unknown run, --input that is not JSON, a retry of a run not failed or compensated; 2 when Redis cannot be reached"},
 	{"graph", "[--format mermaid|dot] [PATH...]", "print the pipelines' topology: sources, emits, retry targets and dead letters",
 		"flowrun graph --format dot examples/ | dot -Tsvg > flow.svg",
 		"0; 1 config error"},
@@ -200,6 +203,9 @@ func cmdHelp(ctx context.Context, args []string, stdio Stdio) int {
 		return ExitOK
 	case "dlq":
 		writeDLQHelp(stdio)
+		return ExitOK
+	case "runs":
+		writeRunsHelp(stdio)
 		return ExitOK
 	}
 	if _, ok := lookupCommand(name); !ok {

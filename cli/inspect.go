@@ -51,7 +51,7 @@ func cmdInspect(ctx context.Context, args []string, stdio Stdio) int {
 		consumer  string
 		asJSON    bool
 	)
-	fs.Var(&pipelines, "pipeline", "inspect only this pipeline (repeatable; default all)")
+	fs.Var(&pipelines, "pipeline", "inspect only this pipeline or workflow (repeatable; default all)")
 	fs.StringVar(&consumer, "consumer", "", "consumer name for every source, as with run (picks a reliable list's processing list)")
 	fs.BoolVar(&asJSON, "json", false, "print a JSON array instead of a table")
 	paths, err := parseArgs(fs, args)
@@ -67,22 +67,24 @@ func cmdInspect(ctx context.Context, args []string, stdio Stdio) int {
 		selected = nil
 		for _, name := range pipelines {
 			p := cfg.Pipeline(name)
+			if p == nil && cfg.Workflow(name) != nil {
+				continue // selectWorkflows selects it
+			}
 			if p == nil {
-				fmt.Fprintf(stdio.Err, "flowrun inspect: no pipeline %q in the files loaded\n", name)
+				fmt.Fprintf(stdio.Err, "flowrun inspect: no pipeline or workflow %q in the files loaded\n", name)
 				return ExitConfig
 			}
 			selected = append(selected, p)
 		}
 	}
+	wfs := selectWorkflows(cfg, pipelines)
 
 	conns := newAdminConns(cfg)
 	defer conns.close()
-	for _, p := range selected {
-		if p.Source.Redis != "" { // its block takes "redis" (transports.RedisBlockReader)
-			if _, err := conns.get(ctx, p.Source.Redis); err != nil {
-				fmt.Fprintf(stdio.Err, "flowrun inspect: %v\n", err)
-				return ExitRuntime
-			}
+	for _, b := range inspectBlocks(selected, wfs) {
+		if _, err := conns.get(ctx, b); err != nil {
+			fmt.Fprintf(stdio.Err, "flowrun inspect: %v\n", err)
+			return ExitRuntime
 		}
 	}
 
@@ -96,17 +98,56 @@ func cmdInspect(ctx context.Context, args []string, stdio Stdio) int {
 		}
 		rows = append(rows, row)
 	}
+	wrows := make([]workflowRow, 0, len(wfs))
+	for _, wf := range wfs {
+		row, start, err := inspectWorkflow(ctx, conns, wf)
+		if err != nil {
+			fmt.Fprintf(stdio.Err, "flowrun inspect: workflow %q: %v\n", wf.Name, err)
+			code = ExitRuntime
+		}
+		rows = append(rows, start)
+		wrows = append(wrows, row)
+	}
 	if asJSON {
+		all := make([]any, 0, len(rows)+len(wrows))
+		for _, r := range rows {
+			all = append(all, r)
+		}
+		for _, r := range wrows {
+			all = append(all, r)
+		}
 		enc := json.NewEncoder(stdio.Out)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(rows); err != nil {
+		if err := enc.Encode(all); err != nil {
 			fmt.Fprintf(stdio.Err, "flowrun inspect: %v\n", err)
 			return ExitRuntime
 		}
 		return code
 	}
 	writeInspectTable(stdio.Out, rows)
+	writeWorkflowTables(stdio.Out, wrows)
 	return code
+}
+
+// inspectBlocks are the redis blocks inspect reads: the selected pipelines' sources', the
+// workflows' own and their start sources'.
+func inspectBlocks(ps []*config.Pipeline, wfs []*config.Workflow) []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(b string) {
+		if b != "" && !seen[b] { // "": a source whose block takes no "redis"
+			seen[b] = true
+			out = append(out, b)
+		}
+	}
+	for _, p := range ps {
+		add(p.Source.Redis)
+	}
+	for _, wf := range wfs {
+		add(wf.Redis)
+		add(wf.Start.Source.Redis)
+	}
+	return out
 }
 
 // inspectPipeline reads one pipeline's numbers through its source's kind (transports.Inspector).

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"net/http"
 	"runtime"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/telemetry"
+	"github.com/flowrun/flowrun/workflow"
 )
 
 // HandlerBuckets are the upper bounds (le) of flowrun_handler_seconds, in seconds: 1-2-5 steps
@@ -35,6 +37,9 @@ type promMetrics struct {
 	settleFails *prometheus.CounterVec
 	ruleErrors  *prometheus.CounterVec
 	sources     *sourceGauges
+	runs        *prometheus.CounterVec   // flowrun_runs_total{workflow,status}
+	runSeconds  *prometheus.HistogramVec // flowrun_run_seconds{workflow}
+	active      *activeCollector         // flowrun_runs_active{workflow,step}
 }
 
 var _ engine.Metrics = (*promMetrics)(nil)
@@ -74,8 +79,18 @@ func newMetrics() *promMetrics {
 		Name: "flowrun_build_info", Help: "Always 1; the labels say which flowrun this is.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(Version, runtime.Version()).Set(1)
+	m.runs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flowrun_runs_total", Help: "Workflow runs this process ended, by the status they ended with.",
+	}, []string{"workflow", "status"})
+	m.runSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "flowrun_run_seconds", Help: "Durations of the workflow runs this process ended, from start to end (buckets from 10 ms to 7 days).",
+		Buckets: RunBuckets,
+	}, []string{"workflow"})
+	m.active = &activeCollector{desc: newDesc(prometheus.Opts{
+		Name: "flowrun_runs_active", Help: "Active workflow runs at each step, read from Redis at each scrape.",
+	}, "workflow", "step")}
 	m.reg.MustRegister(m.engine, m.seconds, m.delayed, m.srcErrors, m.settleFails,
-		m.ruleErrors, build,
+		m.ruleErrors, build, m.runs, m.runSeconds, m.active,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.sources = newSourceGauges(m.reg)
@@ -196,4 +211,56 @@ func (m *promMetrics) traces(t spanCounts) {
 			Help: "Spans the OTLP collector accepted.",
 		}, func() float64 { return float64(t.Exported()) }),
 	)
+}
+
+// RunBuckets are the upper bounds (le) of flowrun_run_seconds, in seconds: from 10 ms (three
+// rule steps) to 7 days (a run that waits), in 1-3 steps.
+var RunBuckets = []float64{
+	0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30,
+	60, 180, 600, 1800, 3600, 3 * 3600, 12 * 3600,
+	86400, 3 * 86400, 7 * 86400,
+}
+
+// runDone is a workflow store's OnDone: it counts a run this process ended and its duration.
+func (m *promMetrics) runDone(wf string) func(st workflow.Status, took time.Duration) {
+	seconds := m.runSeconds.WithLabelValues(wf)
+	byStatus := m.runs.MustCurryWith(prometheus.Labels{"workflow": wf})
+	return func(st workflow.Status, took time.Duration) {
+		byStatus.WithLabelValues(string(st)).Inc()
+		seconds.Observe(took.Seconds())
+	}
+}
+
+// activeScrapeTimeout bounds the Redis reads of a scrape of flowrun_runs_active: a slow Redis
+// leaves the gauge out of that scrape rather than holding the scrape.
+const activeScrapeTimeout = time.Second
+
+// activeCount is one flowrun_runs_active sample.
+type activeCount struct {
+	workflow, step string
+	n              int64
+}
+
+// activeCollector serves flowrun_runs_active from the workflows' stores, read at each scrape
+// (one HGETALL-sized read per workflow).
+type activeCollector struct {
+	desc *prometheus.Desc
+	read atomic.Pointer[func(ctx context.Context) []activeCount] // nil: no workflows
+}
+
+// readRuns sets what the active gauge reads.
+func (m *promMetrics) readRuns(f func(ctx context.Context) []activeCount) { m.active.read.Store(&f) }
+
+func (c *activeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *activeCollector) Collect(ch chan<- prometheus.Metric) {
+	f := c.read.Load()
+	if f == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), activeScrapeTimeout)
+	defer cancel()
+	for _, a := range (*f)(ctx) {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(a.n), a.workflow, a.step)
+	}
 }

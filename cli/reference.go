@@ -5,8 +5,10 @@ import (
 	"context"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/workflow"
 )
 
 // What the reference in docs/ says about the command line and the metrics, read from what the
@@ -70,6 +72,8 @@ func Metrics() []MetricDoc {
 	m.sources.lag.WithLabelValues("p")
 	m.sources.pending.WithLabelValues("p")
 	m.sources.deadLetters.WithLabelValues("p")
+	m.runDone("w")(workflow.Completed, time.Second)
+	m.readRuns(func(context.Context) []activeCount { return []activeCount{{workflow: "w", step: "s"}} })
 	m.traces(noSpans{}) // registered by run only when tracing is on
 	fams, err := m.reg.Gather()
 	if err != nil {

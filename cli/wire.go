@@ -75,18 +75,23 @@ func (w *wiring) pipelines(ctx context.Context, selected []*config.Pipeline) ([]
 // pipeline builds one pipeline. What only it uses (its Go handler) is closed by release, after
 // a reload stopped it, or at the end.
 func (w *wiring) pipeline(ctx context.Context, p *config.Pipeline) (*engine.Pipeline, error) {
-	log := w.log.With().Str(engine.FieldPipeline, p.Name).Str(engine.FieldSource, p.Source.Kind).Logger()
+	return w.sourcePipeline(ctx, p, p.Name, nil)
+}
+
+// sourcePipeline builds the engine pipeline name reading p's source; h, when not nil, handles
+// instead of p's rules or Go handler (a workflow's start pipeline).
+func (w *wiring) sourcePipeline(ctx context.Context, p *config.Pipeline, name string, h engine.Handler) (*engine.Pipeline, error) {
+	log := w.log.With().Str(engine.FieldPipeline, name).Str(engine.FieldSource, p.Source.Kind).Logger()
 	flow, err := w.flow(p)
 	if err != nil {
 		return nil, err
 	}
-	src, err := w.source(ctx, p, log)
+	src, err := w.source(ctx, p, name, log)
 	if err != nil {
 		return nil, err
 	}
-	var h engine.Handler = p.Rules
-	if p.Handler != nil {
-		if h, err = w.goHandler(ctx, p, log); err != nil {
+	if h == nil {
+		if h, err = w.handler(ctx, p, name, p.Source.Redis, log); err != nil {
 			src.Close()
 			return nil, err
 		}
@@ -97,10 +102,24 @@ func (w *wiring) pipeline(ctx context.Context, p *config.Pipeline) (*engine.Pipe
 		if tc, ok := p.Source.Config.(transports.TraceCarrier); ok {
 			system = tc.TraceSystem() // redis
 		}
-		tracer = w.tel.Pipeline(p.Name, system)
+		tracer = w.tel.Pipeline(name, system)
 	}
+	return assemble(p, name, src, h, flow, tracer, log), nil
+}
+
+// handler is p's rules, or its Go handler started and owned by the pipeline name (its Redis emits going through redisBlock's
+// client when they name none).
+func (w *wiring) handler(ctx context.Context, p *config.Pipeline, name, redisBlock string, log zerolog.Logger) (engine.Handler, error) {
+	if p.Handler != nil {
+		return w.goHandler(ctx, p, name, redisBlock, log)
+	}
+	return p.Rules, nil
+}
+
+// assemble is the engine pipeline of p's attributes with its parts.
+func assemble(p *config.Pipeline, name string, src engine.Source, h engine.Handler, flow *engine.Flow, tracer engine.Tracer, log zerolog.Logger) *engine.Pipeline {
 	return &engine.Pipeline{
-		Name:            p.Name,
+		Name:            name,
 		Tracer:          tracer,
 		Source:          src,
 		Handler:         h,
@@ -111,12 +130,21 @@ func (w *wiring) pipeline(ctx context.Context, p *config.Pipeline) (*engine.Pipe
 		MaxHeld:         p.MaxHeld,
 		Flow:            flow,
 		Logger:          log,
-	}, nil
+	}
 }
 
 // flow builds a pipeline's flow control (SPEC §13): its state lives in the source's Redis, so
 // every process running the pipeline shares it, or in the process for file and pipe sources.
 func (w *wiring) flow(p *config.Pipeline) (*engine.Flow, error) {
+	var store func() (engine.FlowStore, error)
+	if fp, ok := p.Source.Config.(transports.FlowStoreProvider); ok {
+		store = func() (engine.FlowStore, error) { return fp.FlowStore(w.env(w.log, p.Source.Redis), p.Name) }
+	}
+	return buildFlow(p, store)
+}
+
+// buildFlow is p's flow control with its state in store's, or in the process when store is nil.
+func buildFlow(p *config.Pipeline, store func() (engine.FlowStore, error)) (*engine.Flow, error) {
 	f := p.Flow
 	if f.Blocks() == 0 {
 		return nil, nil
@@ -135,19 +163,19 @@ func (w *wiring) flow(p *config.Pipeline) (*engine.Flow, error) {
 		ef.Dedupe = &engine.Dedupe{Key: d.Key, Window: d.Window}
 	}
 	ef.Store = engine.NewMemFlowStore()
-	if fp, ok := p.Source.Config.(transports.FlowStoreProvider); ok {
-		store, err := fp.FlowStore(w.env(w.log, p.Source.Redis), p.Name)
+	if store != nil {
+		s, err := store()
 		if err != nil {
 			return nil, fmt.Errorf("pipeline %s: flow control: %w", p.Name, err)
 		}
-		ef.Store = store
+		ef.Store = s
 	}
 	return ef, nil
 }
 
 // source provisions the pipeline's source Config (registry.Provisioner), builds the source from
-// it, and has its Cleanup (registry.CleanerUpper) run when the pipeline is released.
-func (w *wiring) source(ctx context.Context, p *config.Pipeline, log zerolog.Logger) (engine.Source, error) {
+// it, and has its Cleanup (registry.CleanerUpper) run when the pipeline name is released.
+func (w *wiring) source(ctx context.Context, p *config.Pipeline, name string, log zerolog.Logger) (engine.Source, error) {
 	cfg := p.Source.Config
 	if err := registry.Provision(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("pipeline %s: provision: %w", p.Name, err)
@@ -160,17 +188,16 @@ func (w *wiring) source(ctx context.Context, p *config.Pipeline, log zerolog.Log
 		return nil, fmt.Errorf("pipeline %s: %w", p.Name, err)
 	}
 	if _, ok := cfg.(registry.CleanerUpper); ok {
-		w.own(p.Name, func() error { return registry.Cleanup(cfg) })
+		w.own(name, func() error { return registry.Cleanup(cfg) })
 	}
 	return src, nil
 }
 
 // goHandler provisions and starts a pipeline's compiled Go handler. Its Redis emits that name
-// no redis block go through the source's own block, else the only one (rules have theirs
+// no redis block go through redisName (the source's own block), else the only one (rules have theirs
 // resolved at load time).
-func (w *wiring) goHandler(ctx context.Context, p *config.Pipeline, log zerolog.Logger) (engine.Handler, error) {
+func (w *wiring) goHandler(ctx context.Context, p *config.Pipeline, name, redisName string, log zerolog.Logger) (engine.Handler, error) {
 	hc := p.Handler
-	redisName := p.Source.Redis
 	if cfg := w.config(); redisName == "" && len(cfg.Redis) == 1 {
 		redisName = cfg.Redis[0].Name
 	}
@@ -178,9 +205,9 @@ func (w *wiring) goHandler(ctx context.Context, p *config.Pipeline, log zerolog.
 	if err != nil {
 		return nil, fmt.Errorf("pipeline %s: handler %s: %w", p.Name, hc.Name, err)
 	}
-	w.own(p.Name, h.Close)
+	w.own(name, h.Close)
 	if err := h.Start(ctx); err != nil {
-		w.release(p.Name)
+		w.release(name)
 		return nil, fmt.Errorf("pipeline %s: handler %s: start: %w", p.Name, hc.Name, err)
 	}
 	return h, nil

@@ -1,0 +1,240 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/config"
+	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/transports/redisflow"
+	"github.com/flowrun/flowrun/transports/redisrun"
+	"github.com/flowrun/flowrun/workflow"
+)
+
+// liveWorkflow is one workflow as this process runs it (SPEC §16): its store in its Redis, its
+// engine pipelines (the start pipeline "WF" and one "WF/STEP" per step) and its timers.
+type liveWorkflow struct {
+	cfg       *config.Workflow
+	client    redis.UniversalClient // its redis block's, the wiring's
+	store     *redisrun.Store
+	pipelines []*engine.Pipeline
+
+	stopTimers context.CancelFunc // nil until its timers run
+	timersDone chan struct{}
+}
+
+// names are the engine pipelines of the workflow.
+func (r *liveWorkflow) names() []string {
+	out := make([]string, len(r.pipelines))
+	for i, p := range r.pipelines {
+		out[i] = p.Name
+	}
+	return out
+}
+
+// workflows are the workflows this process runs, by name: run builds them at start, a reload
+// replaces the changed ones.
+type workflows struct {
+	w        *wiring
+	metrics  *promMetrics
+	consumer string // the step sources' consumer name: --consumer, else the host's name
+	log      zerolog.Logger
+
+	mu      sync.Mutex
+	running map[string]*liveWorkflow
+	timers  sync.WaitGroup
+}
+
+func newWorkflows(w *wiring, m *promMetrics, consumer string, log zerolog.Logger) *workflows {
+	if consumer == "" {
+		// as a source's consumer defaults (config's parser)
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			h = "flowrun"
+		}
+		consumer = h
+	}
+	return &workflows{w: w, metrics: m, consumer: consumer, log: log, running: map[string]*liveWorkflow{}}
+}
+
+// build builds the selected workflows and returns their engine pipelines; their timers start
+// with startTimers.
+func (ws *workflows) build(ctx context.Context, selected []*config.Workflow) ([]*engine.Pipeline, error) {
+	var out []*engine.Pipeline
+	for _, wf := range selected {
+		r, err := ws.w.workflow(ctx, wf, ws.consumer, ws.metrics)
+		if err != nil {
+			return nil, err
+		}
+		ws.mu.Lock()
+		ws.running[wf.Name] = r
+		ws.mu.Unlock()
+		out = append(out, r.pipelines...)
+	}
+	return out, nil
+}
+
+// list returns the workflows running now.
+func (ws *workflows) list() []*liveWorkflow {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	out := make([]*liveWorkflow, 0, len(ws.running))
+	for _, r := range ws.running {
+		out = append(out, r)
+	}
+	return out
+}
+
+// startTimers runs the workflow's timers (due timeouts, due delayed step messages) until ctx
+// ends or stopTimers stops them.
+func (ws *workflows) startTimers(ctx context.Context, r *liveWorkflow) {
+	ctx, cancel := context.WithCancel(ctx)
+	r.stopTimers, r.timersDone = cancel, make(chan struct{})
+	log := ws.log.With().Str("workflow", r.cfg.Name).Logger()
+	ws.timers.Add(1)
+	go func() {
+		defer ws.timers.Done()
+		defer close(r.timersDone)
+		for ctx.Err() == nil {
+			err := r.store.RunTimers(ctx, log)
+			if err == nil || ctx.Err() != nil {
+				return
+			}
+			// a timer must not stop for good on one failure: runs would never time out
+			log.Error().Err(err).Msg("workflow timers failed; starting them again in a second")
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+}
+
+// startAllTimers starts the timers of every workflow built.
+func (ws *workflows) startAllTimers(ctx context.Context) {
+	for _, r := range ws.list() {
+		ws.startTimers(ctx, r)
+	}
+}
+
+// wait waits for every timer loop to end (their context cancelled).
+func (ws *workflows) wait() { ws.timers.Wait() }
+
+// workflow builds one workflow's store and pipelines. On an error nothing it built is left
+// open.
+func (w *wiring) workflow(ctx context.Context, wf *config.Workflow, consumer string, m *promMetrics) (r *liveWorkflow, err error) {
+	g, err := graphOf(wf)
+	if err != nil {
+		return nil, err
+	}
+	c, err := w.client(wf.Redis)
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: %w", wf.Name, err)
+	}
+	r = &liveWorkflow{cfg: wf, client: c, store: redisrun.NewStore(c, g)}
+	if m != nil {
+		r.store.OnDone = m.runDone(wf.Name)
+	}
+	defer func() {
+		if err != nil {
+			for _, p := range r.pipelines {
+				p.Source.Close()
+				w.release(p.Name)
+			}
+		}
+	}()
+	start, err := w.sourcePipeline(ctx, wf.Start, wf.Name, r.store.StartHandler(runIDFunc(wf.RunID), wf.Fingerprint()))
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: start: %w", wf.Name, err)
+	}
+	r.pipelines = append(r.pipelines, start)
+	for _, s := range wf.Steps {
+		p, err := w.stepPipeline(ctx, wf, g, r.store, s, consumer)
+		if err != nil {
+			return nil, err
+		}
+		r.pipelines = append(r.pipelines, p)
+	}
+	return r, nil
+}
+
+// stepPipeline builds the pipeline "WF/STEP": the step's stream read by the store, the step's
+// rules or handler wrapped by workflow.NewStepHandler, and the step's pipeline attributes.
+func (w *wiring) stepPipeline(ctx context.Context, wf *config.Workflow, g *workflow.Graph, store *redisrun.Store, s *config.Step, consumer string) (*engine.Pipeline, error) {
+	name := stepPipelineName(wf.Name, s.Name)
+	p := s.Pipeline
+	log := w.log.With().Str(engine.FieldPipeline, name).Str(engine.FieldSource, "workflow").Logger()
+	flow, err := buildFlow(p, func() (engine.FlowStore, error) {
+		return redisflow.Reader{}.FlowStore(w.env(log, wf.Redis), name)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: %w", wf.Name, err)
+	}
+	inner, err := w.handler(ctx, p, name, wf.Redis, log)
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: %w", wf.Name, err)
+	}
+	h := workflow.NewStepHandler(g, s.Name, inner, payloadFunc(s.Payload))
+	src := store.StepSource(s.Name, redisrun.StepOptions{Consumer: consumer}, log)
+	var tracer engine.Tracer
+	if w.tel != nil {
+		tracer = w.tel.Pipeline(name, "redis")
+	}
+	ep := assemble(p, name, src, h, flow, tracer, log)
+	if ep.DeadLetter == "" {
+		ep.DeadLetter = workflowDeadLetter(wf)
+	}
+	return ep, nil
+}
+
+// workflowDeadLetter is where a workflow's failed steps' messages go (SPEC §16).
+func workflowDeadLetter(wf *config.Workflow) string {
+	if wf.DeadLetter != "" {
+		return wf.DeadLetter
+	}
+	return config.DefaultDeadLetter(wf.Name)
+}
+
+// selectWorkflows applies --pipeline to the workflows: a name that is a workflow's selects it
+// (all its pipelines); without names every workflow runs.
+func selectWorkflows(cfg *config.Config, names []string) []*config.Workflow {
+	if len(names) == 0 {
+		return cfg.Workflows
+	}
+	var out []*config.Workflow
+	for _, wf := range cfg.Workflows {
+		for _, n := range names {
+			if n == wf.Name {
+				out = append(out, wf)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// activeCounts reads each running workflow's active runs per step, every step listed (0 when
+// none); a workflow whose Redis does not answer within ctx is left out. It reads the active
+// hash the scripts keep and nothing else (store.Counts would scan every run kept): one HGETALL
+// per workflow, cheap enough for every scrape.
+func (ws *workflows) activeCounts(ctx context.Context) []activeCount {
+	var out []activeCount
+	for _, r := range ws.list() {
+		h, err := r.client.HGetAll(ctx, redisrun.Prefix(r.cfg.Name)+"active").Result()
+		if err != nil {
+			continue
+		}
+		for _, s := range r.cfg.Steps {
+			n, _ := strconv.ParseInt(h[s.Name], 10, 64)
+			out = append(out, activeCount{workflow: r.cfg.Name, step: s.Name, n: n})
+		}
+	}
+	return out
+}
