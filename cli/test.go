@@ -408,19 +408,7 @@ func stepPayload(s *config.Step) workflow.PayloadFunc {
 	if s.Payload == nil {
 		return nil
 	}
-	return func(d *engine.Delivery) ([]byte, error) {
-		v, err := s.Payload.Eval(d)
-		if err != nil {
-			return nil, err
-		}
-		switch v := v.(type) {
-		case string:
-			return []byte(v), nil
-		case []byte:
-			return v, nil
-		}
-		return json.Marshal(v)
-	}
+	return s.Payload.EvalPayload
 }
 
 // compareRun returns what differs between how the run ended and the test's expect block.

@@ -3,11 +3,31 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/flowrun/flowrun/plugins"
 )
+
+// clitest-wf-output is a Go handler for workflow steps: its output says what it saw (its
+// payload, its idempotency key, its run, how many steps had finished).
+func init() {
+	type none struct{}
+	plugins.Register(plugins.Spec[none]{
+		Name: "clitest-wf-output",
+		Provision: func(context.Context, none, plugins.Env) (plugins.Handler, error) {
+			return plugins.HandlerFunc(func(_ context.Context, m plugins.Message, e *plugins.Emitter) (plugins.Outcome, error) {
+				run, _ := m.Run()
+				e.Output(map[string]any{"payload": json.RawMessage(m.Payload()), "key": m.Header("x-idempotency-key"),
+					"run": m.Header("x-run-id"), "steps": len(run.Steps)})
+				return plugins.Ack(), nil
+			}), nil
+		},
+	})
+}
 
 // updateWorkflowGolden rewrites the golden files of the workflow tests:
 // FLOWRUN_UPDATE_GOLDEN=1 go test ./cli -run TestWorkflowTests.
@@ -22,6 +42,7 @@ func TestWorkflowTests(t *testing.T) {
 	}{
 		{"order.hcl", ExitConfig}, // two tests fail on purpose
 		{"bad.hcl", ExitConfig},
+		{"gohandler.hcl", ExitOK},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			path := filepath.Join("testdata", "workflowtest", tc.file)
@@ -64,7 +85,7 @@ func TestWorkflowTestsPass(t *testing.T) {
 	}
 	var out, errb bytes.Buffer
 	code := cmdTest(context.Background(), []string{file}, Stdio{Out: &out, Err: &errb})
-	if code != ExitOK || !strings.HasSuffix(out.String(), "10 passed, 0 failed\n") || errb.Len() > 0 {
+	if code != ExitOK || !strings.HasSuffix(out.String(), "11 passed, 0 failed\n") || errb.Len() > 0 {
 		t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
 }

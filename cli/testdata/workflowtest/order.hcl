@@ -225,6 +225,25 @@ test "a step's timeout moves on" {
   }
 }
 
+test "handlers' own outputs: the response body, stdout" {
+  workflow = "order"
+  input {
+    payload = { sku = "b-2" }
+  }
+  mock "reserve" {
+    status = 200
+    body   = jsonencode({ id = "h1" })
+  }
+  mock "charge" {
+    exit   = 0
+    stdout = jsonencode({ status = "paid", id = "e1" })
+  }
+  expect {
+    status = "completed"
+    output = { reserve = { id = "h1" }, charge = { status = "paid", id = "e1" }, check = "e1" }
+  }
+}
+
 test "wrong expectations" {
   workflow = "order"
   input {
