@@ -103,8 +103,8 @@ func (w *Workflow) Reachable() map[string]bool {
 	return reached
 }
 
-// checkWorkflowCluster rejects, on a Redis Cluster, a dead letter outside the workflow's hash
-// slot: the script that fails a run writes it with the run's keys.
+// checkWorkflowCluster warns, on a Redis Cluster, of a dead letter outside the workflow's hash
+// slot: it cannot be written by the script that fails a run, so it is written on its own.
 func checkWorkflowCluster(w *Workflow, redis map[string]*Redis) hcl.Diagnostics {
 	r := redis[w.Redis]
 	if r == nil || len(r.Cluster) == 0 || w.deadLetterRange.Filename == "" {
@@ -115,9 +115,9 @@ func checkWorkflowCluster(w *Workflow, redis map[string]*Redis) hcl.Diagnostics 
 		return nil
 	}
 	return hcl.Diagnostics{{
-		Severity: hcl.DiagError,
+		Severity: hcl.DiagWarning,
 		Summary:  "Keys in different cluster slots",
-		Detail: fmt.Sprintf("The redis block %q is a Redis Cluster, and every key of workflow %q is in slot %d (the hash tag {%s}), where the script that fails a run writes the dead letter too, but dead_letter %q is in slot %d. Give it the hash tag: dead_letter = %q.",
+		Detail: fmt.Sprintf("The redis block %q is a Redis Cluster, and every key of workflow %q is in slot %d (the hash tag {%s}), but dead_letter %q is in slot %d: it is written on its own, not in the one script that fails the run. Give it the hash tag to keep them together: dead_letter = %q.",
 			r.Name, w.Name, own, w.Name, w.DeadLetter, keyslot.Of(w.DeadLetter), "flowrun:{"+w.Name+"}:dead"),
 		Subject: w.deadLetterRange.Ptr(),
 	}}

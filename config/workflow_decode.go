@@ -42,7 +42,7 @@ var workflowBody = &schema.Body{
 		{Name: "run_id", Type: "expression", Default: "the start message's `KEY/ID` where it has an id, else a new random id", Doc: "The run's id, an expression over the start message (`\"payload.order_id\"`), its result as a string. A start message whose id names a run that exists (active, or finished within `retention`) starts nothing and is counted `duplicate`; the default makes a redelivered start message a duplicate too."},
 		schema.String("on_failure").WithDefault(OnFailureCompensate).Describe("What a failed run does: `\"compensate\"` runs the `compensate` steps of the steps that finished, in the reverse order of finishing, then ends `failed` (`compensation_failed` if one reached the dead letter); `\"stop\"` ends it `failed` at once, keeping its state for `flowrun runs retry`."),
 		schema.Duration("retention").WithDefault(DefaultRetention).Describe("How long a finished run (completed, failed, cancelled) is kept; active runs never expire."),
-		schema.String("dead_letter").NonEmpty().DefaultDoc("`\"flowrun:{NAME}:dead\"`").Describe("The stream a failed step's message is written to, with the dead-letter headers plus `x-run-id`. On a Cluster it must carry the hash tag `{NAME}`."),
+		schema.String("dead_letter").NonEmpty().DefaultDoc("`\"flowrun:{NAME}:dead\"`").Describe("The stream a failed step's message is written to, with the dead-letter headers plus `x-run-id`. On a Cluster, a key outside the slot of the hash tag `{NAME}` is written on its own, apart from the script that fails the run (validate warns)."),
 	},
 	Blocks: []schema.Block{
 		{Type: "start", Occurs: "one", Body: startBody,
