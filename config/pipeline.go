@@ -105,6 +105,7 @@ func (d *fileDecoder) decodePipelineBlock(block *hcl.Block) (*Pipeline, hcl.Diag
 	pl.Flow = flow
 
 	attrs := content.Attributes
+	diags = append(diags, workflowAttrsInPipeline(attrs)...)
 	v := d.values(attrs, pipelineBody.Attrs, &diags)
 	pl.Concurrency = v.Int("concurrency")
 	pl.MaxAttempts = v.Int("max_attempts")

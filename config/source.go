@@ -53,6 +53,10 @@ func newSchemas() *schemas {
 		fixed[a.Name] = true
 		s.pipeline.Attributes = append(s.pipeline.Attributes, a)
 	}
+	for _, n := range workflowNotPipeline {
+		fixed[n] = true
+		s.pipeline.Attributes = append(s.pipeline.Attributes, hcl.AttributeSchema{Name: n})
+	}
 	seenAttr, seenBlock := map[string]bool{}, map[string]bool{}
 	for _, k := range s.kinds {
 		s.kindNames = append(s.kindNames, k.Name)

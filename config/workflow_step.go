@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/hashicorp/hcl/v2"
 
@@ -153,4 +154,25 @@ func (d *fileDecoder) decodeStepRuleAttrs(block *hcl.Block, r *rules.Rule) ([]st
 		r.Fail, diags = d.compileValue(a, `"fail"`, diags)
 	}
 	return refs, diags
+}
+
+// workflowNotPipeline are the attributes of a workflow or its steps that a pipeline block is
+// decoded with only to say where they belong.
+var workflowNotPipeline = []string{"next", "compensate", "on_timeout", "payload", "run_id", "on_failure", "retention"}
+
+// workflowAttrsInPipeline reports a workflow's or a step's attributes written in a pipeline.
+func workflowAttrsInPipeline(attrs hcl.Attributes) hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	for _, n := range workflowNotPipeline {
+		a, ok := attrs[n]
+		if !ok {
+			continue
+		}
+		where := `a "step" block of a workflow`
+		if slices.Contains(workflowOnlyAttrs, n) {
+			where = "a workflow block"
+		}
+		diags = append(diags, notHere(a, fmt.Sprintf("%q belongs to %s (SPEC §16); a pipeline settles each message on its own: chain pipelines through emits, or declare a workflow.", n, where)))
+	}
+	return diags
 }

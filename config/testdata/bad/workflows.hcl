@@ -131,3 +131,14 @@ workflow "later" {
     }
   }
 }
+
+pipeline "chained" {
+  source "stream" {
+    stream = "chained"
+  }
+  next      = "reserve"
+  retention = "1h"
+  rule "r" {
+    outcome = "ack"
+  }
+}
