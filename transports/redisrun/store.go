@@ -251,15 +251,8 @@ func (s *Store) scan(ctx context.Context, each func(id string, h map[string]stri
 // Counts reads the active runs per step (the active hash, kept by the scripts) and the runs per
 // status (a scan of the runs index: every run kept, active or within retention).
 func (s *Store) Counts(ctx context.Context) (active map[string]int64, byStatus map[workflow.Status]int64, err error) {
-	a, err := s.c.HGetAll(ctx, s.k.active()).Result()
-	if err != nil {
-		return nil, nil, fmt.Errorf("redisrun: read active runs of %s: %w", s.g.Name, err)
-	}
-	active = make(map[string]int64, len(a))
-	for step, v := range a {
-		if n, _ := strconv.ParseInt(v, 10, 64); n > 0 {
-			active[step] = n
-		}
+	if active, err = s.Active(ctx); err != nil {
+		return nil, nil, err
 	}
 	byStatus = map[workflow.Status]int64{}
 	err = s.scan(ctx, func(_ string, h map[string]string) (bool, error) {
@@ -268,6 +261,25 @@ func (s *Store) Counts(ctx context.Context) (active map[string]int64, byStatus m
 	})
 	return active, byStatus, err
 }
+
+// Active reads the active runs per step (steps with none are left out): one HGETALL of the
+// hash the scripts keep, cheap enough for every metrics scrape (flowrun_runs_active).
+func (s *Store) Active(ctx context.Context) (map[string]int64, error) {
+	a, err := s.c.HGetAll(ctx, s.k.active()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisrun: read active runs of %s: %w", s.g.Name, err)
+	}
+	active := make(map[string]int64, len(a))
+	for step, v := range a {
+		if n, _ := strconv.ParseInt(v, 10, 64); n > 0 {
+			active[step] = n
+		}
+	}
+	return active, nil
+}
+
+// Graph is the workflow the store keeps runs of.
+func (s *Store) Graph() *workflow.Graph { return s.g }
 
 // NewRunID is a random run id (a run started without run_id and without a message id).
 func NewRunID() string {
