@@ -41,8 +41,8 @@ func TestEngineRunsWorkflowInTwoProcesses(t *testing.T) {
 			})
 			log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 			pipes = append(pipes, &engine.Pipeline{
-				Name:   "order/" + step,
-				Source: s.StepSource(step, StepOptions{Consumer: consumer, Block: 50 * time.Millisecond}, log),
+				Name:    "order/" + step,
+				Source:  s.StepSource(step, StepOptions{Consumer: consumer, Block: 50 * time.Millisecond}, log),
 				Handler: workflow.NewStepHandler(s.g, step, inner, nil), Concurrency: 4,
 				MaxAttempts: 3, DeadLetter: s.DeadLetterKey(), Logger: log,
 			})
