@@ -14,7 +14,7 @@ type nodeShape int
 
 const (
 	shapeStep   nodeShape = iota + 1 // a step with a handler
-	shapeChoice                      // a step of rules alone
+	shapeChoice                      // a step whose rules choose the way on
 	shapeStart                       // where runs start
 	shapeEnd                         // completed, failed
 )
@@ -50,7 +50,7 @@ func (g *graph) drawWorkflow(w *config.Workflow) *workflowGraph {
 	for _, s := range w.Steps {
 		sid[s.Name] = g.newID("w_", w.Name+"_"+s.Name)
 		n := graphNode{id: sid[s.Name], label: stepLabel(s), shape: shapeStep}
-		if s.Choice {
+		if chooses(s) {
 			n.shape = shapeChoice
 		}
 		wg.nodes = append(wg.nodes, n)
@@ -114,6 +114,20 @@ func shortDuration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// chooses reports whether a step of rules alone has a rule that chooses the way on (next,
+// complete, fail): such a step is drawn as a choice.
+func chooses(s *config.Step) bool {
+	if !s.Choice || s.Pipeline.Rules == nil {
+		return false
+	}
+	for _, r := range s.Pipeline.Rules.Rules {
+		if r.Next != "" || r.Complete || r.Fail != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // stepLabel is a step's name with its delay, when it has one.
