@@ -35,7 +35,7 @@ const dlqUsage = `usage: flowrun dlq list|redrive|purge PIPELINE [--limit N] [--
   list     show the pipeline's dead letters, oldest first (--limit default 10; 0: all);
            --json prints one JSON object per letter, --full whole payloads
   redrive  move dead letters back to the pipeline's source with their retry count reset
-           (--limit default 0: all)
+           (--limit default 0: all); a workflow's: resume each letter's run at its failed step
   purge    delete dead letters (--limit default 0: all); asks first unless --yes
   --where EXPR  only the letters for which the expr-lang expression is true: the rules'
            environment (payload, raw, headers, key, id, attempt, ...) plus reason and failed_at
@@ -48,7 +48,14 @@ func cmdDLQ(ctx context.Context, args []string, stdio Stdio) int {
 	if a == nil {
 		return code
 	}
-	cfg, p, store, code := dlqPipeline(a, stdio)
+	cfg := load(a.paths, config.Options{}, stdio)
+	if cfg == nil {
+		return ExitConfig
+	}
+	if wf := cfg.Workflow(a.name); wf != nil {
+		return dlqWorkflow(ctx, a, cfg, wf, stdio)
+	}
+	p, store, code := dlqPipeline(a, cfg, stdio)
 	if p == nil {
 		return code
 	}
@@ -141,18 +148,14 @@ func parseDLQArgs(args []string, stdio Stdio) (*dlqArgs, int) {
 	return a, ExitOK
 }
 
-// dlqPipeline loads the files and finds the pipeline whose dead letters the command works on,
-// or says why it cannot and returns a nil pipeline and the exit code. Everything it checks
-// needs no connection.
-func dlqPipeline(a *dlqArgs, stdio Stdio) (*config.Config, *config.Pipeline, transports.DeadLetterStore, int) {
-	cfg := load(a.paths, config.Options{}, stdio)
-	if cfg == nil {
-		return nil, nil, nil, ExitConfig
-	}
+// dlqPipeline finds the pipeline whose dead letters the command works on, or says why it
+// cannot and returns a nil pipeline and the exit code. Everything it checks needs no
+// connection.
+func dlqPipeline(a *dlqArgs, cfg *config.Config, stdio Stdio) (*config.Pipeline, transports.DeadLetterStore, int) {
 	p := cfg.Pipeline(a.name)
 	if p == nil {
-		fmt.Fprintf(stdio.Err, "flowrun dlq %s: no pipeline %q in the files loaded\n", a.sub, a.name)
-		return nil, nil, nil, ExitConfig
+		fmt.Fprintf(stdio.Err, "flowrun dlq %s: no pipeline or workflow %q in the files loaded\n", a.sub, a.name)
+		return nil, nil, ExitConfig
 	}
 	store, ok := p.Source.Config.(transports.DeadLetterStore)
 	if !ok {
@@ -162,24 +165,32 @@ func dlqPipeline(a *dlqArgs, stdio Stdio) (*config.Config, *config.Pipeline, tra
 		}
 		fmt.Fprintf(stdio.Err, "flowrun dlq %s: pipeline %q has a %s source, %s; dlq supports %s sources\n",
 			a.sub, a.name, p.Source.Kind, whose, hclutil.List(dlqKinds(), "and"))
-		return nil, nil, nil, ExitConfig
+		return nil, nil, ExitConfig
 	}
 	if p.DeadLetter == "" {
 		fmt.Fprintf(stdio.Err, "flowrun dlq %s: pipeline %q has no dead_letter\n", a.sub, a.name)
-		return nil, nil, nil, ExitConfig
+		return nil, nil, ExitConfig
 	}
 	if a.sub == "redrive" {
 		if err := store.CheckRedrive(); err != nil {
 			fmt.Fprintf(stdio.Err, "flowrun dlq redrive: pipeline %q %v\n", a.name, err)
-			return nil, nil, nil, ExitConfig
+			return nil, nil, ExitConfig
 		}
 	}
-	// Refuse before connecting: a script that forgot --yes learns it without Redis.
+	if code := a.checkPurge(stdio); code != ExitOK {
+		return nil, nil, code
+	}
+	return p, store, ExitOK
+}
+
+// checkPurge refuses a purge before connecting: a script that forgot --yes learns it without
+// Redis.
+func (a *dlqArgs) checkPurge(stdio Stdio) int {
 	if a.sub == "purge" && !a.yes && !isTerminal(stdio.In) {
 		fmt.Fprintf(stdio.Err, "flowrun dlq purge: standard input is not a terminal, so there is no one to ask; pass --yes to delete the dead letters of %s without asking\n", a.name)
-		return nil, nil, nil, ExitConfig
+		return ExitConfig
 	}
-	return cfg, p, store, ExitOK
+	return ExitOK
 }
 
 // run runs the subcommand on the dead-letter key dlq; a code other than ExitOK with a nil

@@ -39,7 +39,7 @@ var commands = []command{
 	{"inspect", "[flags] [PATH...]", "per pipeline: backlog, lag, pending, delayed, dead letters; per workflow: runs per status and per step",
 		"flowrun inspect --json --pipeline payouts examples/",
 		"0; 1 config or usage error; 2 when Redis cannot be reached"},
-	{"dlq", "list|redrive|purge PIPELINE [--limit N] [--where EXPR] [PATH...]", "show dead letters, move them back to the source, or delete them",
+	{"dlq", "list|redrive|purge PIPELINE [--limit N] [--where EXPR] [PATH...]", "show dead letters, move them back to the source (a workflow's: resume their runs), or delete them",
 		"flowrun dlq list payouts --limit 20 examples/",
 		"0; 1 config, usage or filter error; 2 when Redis cannot be reached"},
 	{"runs", "list|show|start|cancel|retry WORKFLOW [RUN] [flags] [PATH...]", "list a workflow's runs, show one with its history, start, cancel or retry one",
@@ -229,7 +229,7 @@ func writeDLQHelp(stdio Stdio) {
 Subcommands:
   list     show the pipeline's dead letters, oldest first (--limit default 10; 0: all)
   redrive  move dead letters back to the pipeline's source with their retry count reset
-           (--limit default 0: all)
+           (--limit default 0: all); a workflow's: resume each letter's run at its failed step
   purge    delete dead letters (asks unless --yes; refuses without --yes when not on a terminal)
 `)
 }

@@ -78,6 +78,14 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 		logger.Error().Err(err).Msg("cannot start")
 		return ExitRuntime
 	}
+	wfs := newWorkflows(w, metrics, f.consumer, logger)
+	wfPipes, err := wfs.build(ctx, selectWorkflows(cfg, f.pipelines))
+	if err != nil {
+		logger.Error().Err(err).Msg("cannot start")
+		return ExitRuntime
+	}
+	pipelines = append(pipelines, wfPipes...)
+	metrics.readRuns(wfs.activeCounts)
 
 	if f.progress < 0 {
 		fmt.Fprintf(stdio.Err, "flowrun run: --progress-interval must not be negative\n")
@@ -95,7 +103,9 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	defer func() {
 		stopBg()
 		bgDone.Wait() // a reload under way ends before the wiring is closed
+		wfs.wait()
 	}()
+	wfs.startAllTimers(bg)
 	// What the status page and the sampler read, asked for at each use: a reload replaces it.
 	running := rl.current
 	if f.httpAddr != "" {
@@ -125,7 +135,7 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 			bar.run(bg, eng.Pipelines)
 		}()
 	}
-	logger.Info().Int("pipelines", len(pipelines)).Msg("flowrun started")
+	logger.Info().Int("pipelines", len(pipelines)).Int("workflows", len(wfs.list())).Msg("flowrun started")
 	if err := eng.Run(ctx); err != nil {
 		logger.Error().Err(err).Msg("flowrun stopped on a failure")
 		return ExitRuntime
@@ -138,7 +148,7 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 func parseRunFlags(args []string, stdio Stdio) (runFlags, []string, error) {
 	fs := newFlagSet("run", stdio)
 	var f runFlags
-	fs.Var(&f.pipelines, "pipeline", "run only this pipeline (repeatable; default all)")
+	fs.Var(&f.pipelines, "pipeline", "run only this pipeline or workflow (repeatable; default all)")
 	fs.StringVar(&f.logFormat, "log-format", "", "json or console (default json when stderr is not a terminal)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.httpAddr, "http-addr", "", "serve the status page, /metrics, /healthz and /readyz on HOST:PORT")
@@ -196,11 +206,14 @@ func selectPipelines(cfg *config.Config, names []string) ([]*config.Pipeline, hc
 		selected = nil
 		for _, n := range names {
 			p := cfg.Pipeline(n)
+			if p == nil && cfg.Workflow(n) != nil {
+				continue // selectWorkflows selects it
+			}
 			if p == nil {
 				diags = append(diags, &hcl.Diagnostic{
 					Severity: hcl.DiagError,
 					Summary:  "Unknown pipeline",
-					Detail:   fmt.Sprintf("--pipeline %q names no pipeline of the files loaded.", n),
+					Detail:   fmt.Sprintf("--pipeline %q names no pipeline or workflow of the files loaded.", n),
 				})
 				continue
 			}

@@ -80,6 +80,7 @@ func cmdRuns(ctx context.Context, args []string, stdio Stdio) int {
 		return ExitRuntime
 	}
 	store := redisrun.NewStore(c, g)
+	store.DeadLetter = wf.DeadLetter
 	code, err = a.exec(ctx, wf, store, stdio)
 	if err != nil {
 		fmt.Fprintf(stdio.Err, "flowrun runs %s: workflow %q: %v\n", a.sub, a.workflow, conns.redact(wf.Redis, err))

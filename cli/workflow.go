@@ -139,6 +139,7 @@ func (w *wiring) workflow(ctx context.Context, wf *config.Workflow, consumer str
 		return nil, fmt.Errorf("workflow %s: %w", wf.Name, err)
 	}
 	r = &liveWorkflow{cfg: wf, client: c, store: redisrun.NewStore(c, g)}
+	r.store.DeadLetter = wf.DeadLetter
 	if m != nil {
 		r.store.OnDone = m.runDone(wf.Name)
 	}

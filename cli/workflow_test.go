@@ -1,0 +1,154 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/internal/redistest"
+)
+
+// lockedBuffer is a buffer run writes its logs to while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startRun runs `flowrun run ARGS` until the test ends; its stderr is returned.
+func startRun(t *testing.T, args ...string) *lockedBuffer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := &lockedBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(ctx, append([]string{"run", "--log-level", "warn"}, args...), Stdio{In: strings.NewReader(""), Out: &bytes.Buffer{}, Err: errs})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != ExitOK {
+				t.Errorf("run: exit %d, stderr:\n%s", code, errs.String())
+			}
+		case <-time.After(20 * time.Second):
+			t.Errorf("run did not stop; stderr:\n%s", errs.String())
+		}
+	})
+	return errs
+}
+
+// waitRun polls `runs show --json` until the run has the status, and returns what it shows.
+func waitRun(t *testing.T, dir, id, status string, errs *lockedBuffer) map[string]json.RawMessage {
+	t.Helper()
+	var show map[string]json.RawMessage
+	ok := redistest.WaitFor(context.Background(), 15*time.Second, func() bool {
+		out, _, code := runCLI(t, "runs", "show", "order", id, "--json", dir)
+		show = nil
+		return code == ExitOK && json.Unmarshal([]byte(out), &show) == nil && string(show["status"]) == `"`+status+`"`
+	})
+	if !ok {
+		t.Fatalf("run %s is not %s: %s %s\nrun's stderr:\n%s", id, status, show["status"], show["error"], errs.String())
+	}
+	return show
+}
+
+// `flowrun run` runs a workflow: the start pipeline creates the run from the start stream's
+// message (run_id from its payload), each step pipeline moves it on, and the run completes
+// with every step's output; runs_total counts it.
+func TestRunWorkflow(t *testing.T) {
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	src := fmt.Sprintf(`
+redis "main" {
+  url = %q
+}
+
+workflow "order" {
+  run_id = "payload.order_id"
+
+  start {
+    source "stream" {
+      stream = "orders"
+    }
+  }
+
+  step "reserve" {
+    rule "ok" {
+      output = "{'sku': input.sku}"
+    }
+    next = "charge"
+  }
+
+  step "charge" {
+    max_attempts = 2
+    rule "declined" {
+      when    = "input.sku == 'bad'"
+      outcome = "retry"
+    }
+    rule "ok" {
+      output = "steps.reserve.sku + '-charged'"
+    }
+  }
+}
+`, srv.URL)
+	if err := os.WriteFile(filepath.Join(dir, "order.hcl"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	errs := startRun(t, "--http-addr", "127.0.0.1:0", dir)
+	c := srv.Client(t)
+	ctx := context.Background()
+	for _, m := range []map[string]any{{"order_id": "o1", "sku": "A1"}, {"order_id": "o2", "sku": "bad"}} {
+		b, _ := json.Marshal(m)
+		if err := c.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: map[string]any{"payload": string(b)}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	show := waitRun(t, dir, "o1", "completed", errs)
+	if got := compact(t, show["steps"]); got != `{"charge":"A1-charged","reserve":{"sku":"A1"}}` {
+		t.Errorf("steps %s", got)
+	}
+	show = waitRun(t, dir, "o2", "failed", errs)
+	if !strings.Contains(string(show["error"]), "attempts") {
+		t.Errorf("failed run's error %s", show["error"])
+	}
+	// The failed step's message is in the workflow's dead letter, with x-run-id.
+	out, errOut, code := runCLI(t, "dlq", "list", "order", "--json", dir)
+	if code != ExitOK || !strings.Contains(out, `"x-run-id":"o2"`) {
+		t.Errorf("dlq list order: exit %d, stderr %q\n%s", code, errOut, out)
+	}
+	// redrive resumes the run at the failed step (which fails it again here) and takes the
+	// letter out; the run's history has the step's second visit.
+	out, errOut, code = runCLI(t, "dlq", "redrive", "order", dir)
+	if code != ExitOK || !strings.HasPrefix(out, "redrove 1 ") {
+		t.Fatalf("dlq redrive order: exit %d, stderr %q\n%s", code, errOut, out)
+	}
+	ok := redistest.WaitFor(ctx, 15*time.Second, func() bool {
+		out, _, _ := runCLI(t, "runs", "show", "order", "o2", "--json", dir)
+		return strings.Count(out, `"outcome": "failed"`) == 2
+	})
+	if !ok {
+		out, _, _ := runCLI(t, "runs", "show", "order", "o2", dir)
+		t.Errorf("redriven run did not fail again:\n%s", out)
+	}
+}
