@@ -6,6 +6,7 @@
 #   go run ./cmd/flowrun run examples/order.hcl &
 #   redis-cli XADD orders '*' payload '{"order_id":"o-1","sku":"tea","qty":2,"amount":12,"country":"FR"}'
 #   go run ./cmd/flowrun runs show order o-1 examples/order.hcl
+#   go run ./cmd/flowrun test examples/order.hcl
 
 redis "orders" {
   url = env("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -73,5 +74,67 @@ workflow "order" {
     rule "release" {
       output = "'released ' + steps.reserve.reservation"
     }
+  }
+}
+
+test "an order is reserved, charged and shipped" {
+  workflow = "order"
+  input {
+    payload = { order_id = "o-1", sku = "tea", qty = 2, amount = 12, country = "FR" }
+  }
+  mock "charge" {
+    stdout = jsonencode({ paid = true, charge = { id = "o-1", amount = 12 } })
+  }
+  expect {
+    status = "completed"
+    path   = ["reserve", "charge", "ship"]
+    output = { ship = { carrier = "post", charge = "o-1" } }
+  }
+}
+
+test "a declined card releases the stock" {
+  workflow = "order"
+  input {
+    payload = { order_id = "o-2", sku = "tea", qty = 1, amount = -5, country = "FR" }
+  }
+  mock "charge" {
+    exit   = 2
+    stderr = "card declined"
+  }
+  expect {
+    status = "failed"
+    path   = ["reserve", "release"]
+  }
+}
+
+test "an order no carrier takes is refunded, then released" {
+  workflow = "order"
+  input {
+    payload = { order_id = "o-3", sku = "tea", qty = 1, amount = 12, country = "AQ" }
+  }
+  mock "charge" {
+    stdout = jsonencode({ paid = true, charge = { id = "o-3", amount = 12 } })
+  }
+  expect {
+    status = "failed"
+    path   = ["reserve", "charge", "refund", "release"]
+  }
+}
+
+test "a busy gateway is tried again" {
+  workflow = "order"
+  input {
+    payload = { order_id = "o-4", sku = "tea", qty = 1, amount = 12, country = "DE" }
+  }
+  mock "charge" {
+    exit   = 75
+    stderr = "gateway busy"
+  }
+  mock "charge" {
+    stdout = jsonencode({ paid = true, charge = { id = "o-4", amount = 12 } })
+  }
+  expect {
+    status = "completed"
+    path   = ["reserve", "charge", "ship"]
   }
 }
