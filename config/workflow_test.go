@@ -112,14 +112,3 @@ func TestWorkflowFingerprint(t *testing.T) {
 		t.Error("another block changed the fingerprint")
 	}
 }
-
-func TestWorkflowTestdataIsCanonical(t *testing.T) {
-	src, err := os.ReadFile("testdata/workflow/order.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, _, diags := Format("order.hcl", src)
-	if diags.HasErrors() || !bytes.Equal(out, src) {
-		t.Errorf("testdata/workflow/order.hcl is not in canonical layout: %v", diags)
-	}
-}
