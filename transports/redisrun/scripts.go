@@ -69,18 +69,21 @@ return {1, started}
 `)
 
 // copyScript writes a retry's copy of a step message and acknowledges the original, atomically,
-// and only while the original is still pending (a resent settlement writes no second copy).
-// KEYS[1] the step stream, KEYS[2] the delayed set; ARGV group, id, then "x" and the XADD
-// fields, or "z", score and member. Returns 1 written, 0 already settled.
+// and only while the original is still pending (a resent settlement writes no second copy); the
+// retry goes into the run's history while the visit is still the run's. KEYS: the step stream,
+// the delayed set, the run, its history; ARGV: group, id, the message's visit, the history
+// event, then "x" and the XADD fields, or "z", score and member. Returns 1 written, 0 already
+// settled.
 var copyScript = redis.NewScript(`
 local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)
 if #p == 0 then return 0 end
-if ARGV[3] == 'z' then
-  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+if ARGV[5] == 'z' then
+  redis.call('ZADD', KEYS[2], ARGV[6], ARGV[7])
 else
-  redis.call('XADD', KEYS[1], '*', unpack(ARGV, 4))
+  redis.call('XADD', KEYS[1], '*', unpack(ARGV, 6))
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+if redis.call('HGET', KEYS[3], 'visit') == ARGV[3] then redis.call('RPUSH', KEYS[4], ARGV[4]) end
 return 1
 `)
 

@@ -33,7 +33,8 @@ type settleOp struct {
 //     in one script (output, history, the next step's message or the run's end, XACK);
 //   - ActDeadLetter: Graph.Fail, applied with the dead letter (x-run-id added) in the script;
 //   - ActRequeue: a copy to the step's stream, ActDelay: a copy to the delayed set, each
-//     written and the original acknowledged in one script, only while it is still pending.
+//     written and the original acknowledged in one script, only while it is still pending, with
+//     the retry in the run's history while the visit is the run's.
 //
 // A resent batch is harmless: an applied transition's visit is gone (the script acknowledges
 // and changes nothing), a settled copy's original is no longer pending.
@@ -142,14 +143,13 @@ func (src *stepSource) plan(ctx context.Context, i int, st *engine.Settlement, v
 	switch st.Action {
 	case engine.ActAck:
 		label := v.Label
-		var t workflow.Transition
 		if label == "" {
-			// Acknowledged without the step handler's ack or drop: the policy rejected it
-			// (attempts exhausted without a dead letter). The visit failed.
-			t = g.Fail(v.State, d.Attempt, "rejected: attempts exhausted", now)
-		} else {
-			t = g.Finish(v.State, d.Run, d.Attempt, label, now)
+			// Acknowledged without the step handler's ack or drop: a dedupe key that had
+			// succeeded (SPEC §13), the visit's work done before. (The policy's other ActAck,
+			// a rejection, needs a pipeline without a dead letter; a step always has one.)
+			label = engine.OutcomeAck.String()
 		}
+		t := g.Finish(v.State, d.Run, d.Attempt, label, now)
 		op.t = t
 		op.keys, op.args = src.s.call(applyOp{t: t, ackStream: src.stream, ackID: d.ID})
 	case engine.ActDeadLetter:
@@ -175,9 +175,13 @@ func (src *stepSource) plan(ctx context.Context, i int, st *engine.Settlement, v
 			return nil, fmt.Errorf("%s %s: no copy: %w", st.Action, d.ID, engine.ErrPermanent)
 		}
 		f := copyFields(st.Copy, d.Run)
+		ev := workflow.Event{Step: src.step, Visit: d.Run.Visit, Attempt: d.Attempt, Outcome: engine.OutcomeRetry.String(), At: now}
+		if st.Action == engine.ActDelay {
+			ev.Outcome = engine.OutcomeRetryAfter.String()
+		}
 		op.copy, op.key = true, src.stream
-		op.keys = []string{src.stream, src.s.k.delayed()}
-		op.args = []any{g.Name, d.ID}
+		op.keys = []string{src.stream, src.s.k.delayed(), src.s.k.run(d.Run.ID), src.s.k.hist(d.Run.ID)}
+		op.args = []any{g.Name, d.ID, itoa(d.Run.Visit), eventJSON(ev)}
 		if st.Action == engine.ActDelay {
 			op.args = append(op.args, "z", msOf(st.Due), delayedMember(src.step, f))
 		} else {

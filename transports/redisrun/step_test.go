@@ -3,6 +3,7 @@ package redisrun
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -233,6 +234,17 @@ func TestStepRetryCopiesOnceAndDelayIsDurable(t *testing.T) {
 	}
 	if n := e.pending("reserve"); n != 0 {
 		t.Errorf("pending = %d", n)
+	}
+	st, err := e.s.Get(e.ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ev := range st.History {
+		got = append(got, fmt.Sprintf("%s:%s:%d", ev.Step, ev.Outcome, ev.Attempt))
+	}
+	if fmt.Sprint(got) != "[:started:0 reserve:retry:1 reserve:retry_after:2]" {
+		t.Errorf("history = %v", got)
 	}
 }
 
