@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
 
 	"github.com/flowrun/flowrun/rules"
 )
@@ -153,6 +154,7 @@ func (d *fileDecoder) decodeStepRuleAttrs(block *hcl.Block, r *rules.Rule) ([]st
 	if a, ok := attrs["fail"]; ok {
 		r.Fail, diags = d.compileValue(a, `"fail"`, diags)
 	}
+	diags = append(diags, conflictingWays(attrs)...)
 	return refs, diags
 }
 
@@ -175,4 +177,32 @@ func workflowAttrsInPipeline(attrs hcl.Attributes) hcl.Diagnostics {
 		diags = append(diags, notHere(a, fmt.Sprintf("%q belongs to %s (SPEC §16); a pipeline settles each message on its own: chain pipelines through emits, or declare a workflow.", n, where)))
 	}
 	return diags
+}
+
+// conflictingWays reports a rule that chooses two ways on at once (fail, complete = true and
+// next each decide where the run goes), at the later one written.
+func conflictingWays(attrs hcl.Attributes) hcl.Diagnostics {
+	var set []*hcl.Attribute
+	for _, n := range []string{"fail", "complete", "next"} {
+		a, ok := attrs[n]
+		if !ok {
+			continue
+		}
+		if n == "complete" {
+			if v, ds := a.Expr.Value(nil); ds.HasErrors() || !v.Type().Equals(cty.Bool) || !v.IsKnown() || v.False() {
+				continue // complete = false chooses nothing
+			}
+		}
+		set = append(set, a)
+	}
+	if len(set) < 2 {
+		return nil
+	}
+	slices.SortFunc(set, func(a, b *hcl.Attribute) int { return a.NameRange.Start.Byte - b.NameRange.Start.Byte })
+	return hcl.Diagnostics{{
+		Severity: hcl.DiagError,
+		Summary:  "Conflicting arguments",
+		Detail:   fmt.Sprintf("A rule chooses one way on: %q is set already, and %q would choose another.", set[0].Name, set[1].Name),
+		Subject:  set[1].NameRange.Ptr(),
+	}}
 }

@@ -45,6 +45,20 @@ workflow "order" {
       complete = "yes"
       output   = "payload +"
     }
+    rule "both" {
+      when     = "payload.x == 1"
+      next     = "reserve"
+      complete = true
+    }
+    rule "failing" {
+      fail = "'no'"
+      next = "reserve"
+    }
+    rule "fine" {
+      complete = false
+      next     = "reserve"
+    }
+    on_timeout = "reserve"
   }
 }
 
