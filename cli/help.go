@@ -45,7 +45,7 @@ var commands = []command{
 	{"runs", "list|show|start|cancel|retry WORKFLOW [RUN] [flags] [PATH...]", "list a workflow's runs, show one with its history, start, cancel or retry one",
 		"flowrun runs show order 1042 --json examples/",
 		"0; 1 config or usage error, an unknown run, --input that is not JSON, a retry of a run not failed or compensated; 2 when Redis cannot be reached"},
-	{"graph", "[--format mermaid|dot] [PATH...]", "print the pipelines' topology: sources, emits, retry targets and dead letters",
+	{"graph", "[--format mermaid|dot] [PATH...]", "print the pipelines' topology (sources, emits, retry targets, dead letters) and each workflow as a state diagram",
 		"flowrun graph --format dot examples/ | dot -Tsvg > flow.svg",
 		"0; 1 config error"},
 	{"plugins", "", "list the compiled-in Go handlers",
