@@ -24,7 +24,8 @@ type stepHandler struct {
 // pipeline. A delivery whose visit is stale is acknowledged unrun (Result.Duplicate). Otherwise
 // the delivery's payload becomes payload's result (nil payload: the run's input), its headers
 // gain x-idempotency-key and x-run-id, and inner runs; whether it acked or dropped is noted in
-// the Visit (Label) for the step source's settlement.
+// the Visit (Label) for the step source's settlement. A rule's fail becomes a dead_letter
+// outcome with its reason.
 func NewStepHandler(g *Graph, step string, inner engine.Handler, payload PayloadFunc) engine.Handler {
 	h := &stepHandler{g: g, step: step, inner: inner, payload: payload}
 	if in, ok := inner.(engine.Inliner); ok && in.Inline() {
@@ -70,6 +71,12 @@ func (h *stepHandler) Handle(ctx context.Context, d *engine.Delivery) engine.Res
 	headers[engine.HeaderRunID] = d.Run.ID
 	d.Headers = headers
 	res := h.inner.Handle(ctx, d)
+	if res.Err == nil && d.Run.Fail != "" && (res.Outcome.Kind == engine.KindAck || res.Outcome.Kind == engine.KindDrop) {
+		// A rule's fail (SPEC §16): the delivery reaches the dead letter with that reason, as
+		// a cap or a permanent error does, so the step source fails the run through Graph.Fail
+		// and the workflow's dead letter holds the step's message.
+		res.Outcome = engine.DeadLetter(d.Run.Fail)
+	}
 	if res.Err == nil {
 		switch res.Outcome.Kind {
 		case engine.KindAck:

@@ -87,6 +87,21 @@ func TestStepHandler(t *testing.T) {
 	}
 }
 
+// A rule's fail is a dead letter with the rule's reason: the run fails through Graph.Fail.
+func TestStepHandlerRuleFail(t *testing.T) {
+	g := order(t, "")
+	st, _ := g.Start("r1", nil, t0)
+	d := stepDelivery(st, false)
+	h := NewStepHandler(g, "reserve", engine.HandlerFunc(func(_ context.Context, d *engine.Delivery) engine.Result {
+		d.Run.Fail = "declined"
+		return engine.Result{Outcome: engine.Ack()}
+	}), nil)
+	res := h.Handle(context.Background(), d)
+	if res.Outcome.Kind != engine.KindDeadLetter || res.Outcome.Reason != "declined" || d.Run.State.(*Visit).Label != "" {
+		t.Fatalf("result %+v label %q", res, d.Run.State.(*Visit).Label)
+	}
+}
+
 func TestStepHandlerInline(t *testing.T) {
 	g := order(t, "")
 	if _, ok := NewStepHandler(g, "reserve", &recordingHandler{}, nil).(engine.Inliner); ok {
