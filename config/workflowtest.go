@@ -31,6 +31,11 @@ var workflowTestBody = &schema.Body{
 	},
 }
 
+// WorkflowTestReference is the body of a test block that names a workflow, for the reference
+// (a test block's body is Reference's test entry when it names a pipeline, this when it names a
+// workflow).
+func WorkflowTestReference() *schema.Body { return workflowTestBody }
+
 var workflowInputBody = &schema.Body{Attrs: []schema.Attr{
 	{Name: "payload", Type: "string or any value", Default: "empty", Doc: "A string is the payload's bytes; any other value (`{ id = 1 }`) is written as its JSON text."},
 }}
