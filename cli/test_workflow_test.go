@@ -43,6 +43,7 @@ func TestWorkflowTests(t *testing.T) {
 		{"order.hcl", ExitConfig}, // two tests fail on purpose
 		{"bad.hcl", ExitConfig},
 		{"gohandler.hcl", ExitOK},
+		{"loops.hcl", ExitConfig},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			path := filepath.Join("testdata", "workflowtest", tc.file)
