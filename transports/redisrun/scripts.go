@@ -9,7 +9,8 @@ import "github.com/redis/go-redis/v9"
 //	1 run  2 out  3 hist  4 runs  5 active  6 timeouts  7 delayed  8 the entered step's stream
 //	9 the settled delivery's stream  10 the dead letter
 //
-// ARGV, read in order (counts before lists): mode ("c" create, "a" apply), run id, the run's
+// ARGV, read in order (counts before lists): mode ("c" create, "a" apply, "r" apply to an
+// ended run: a retry), run id, the run's
 // expected visit (apply), started_at ms (create: the runs index score), group, the delivery id to
 // acknowledge ("" none), the timeout member this transition ends ("" none); the dead letter's
 // fields (count, fields); the entered step ("" none), its message's fields (count, fields), a
@@ -17,8 +18,10 @@ import "github.com/redis/go-redis/v9"
 // hash's fields (count, pairs); the output (step, "1"/"0", JSON); the history (count, events);
 // done ("1"/"0") and the retention in ms.
 //
-// A stale apply (the run's visit is not the expected one, or the run is gone) acknowledges the
-// delivery and changes nothing: {0}. Create of a run that exists: {0}. Else {1, started_at}.
+// A stale apply (the run's visit is not the expected one, the run is gone, or it ended and
+// this is not a retry) acknowledges the delivery and changes nothing: {0}. The ended check
+// keeps a transition decided on the run before it ended (a cancel racing its last step) from
+// applying, since ending a run enters no step and so leaves the visit as it was. Create of a run that exists: {0}. Else {1, started_at}.
 // Writes that can fail on a key's contents (XADD) come first, so such a failure changes nothing.
 var applyScript = redis.NewScript(`
 local a = 1
@@ -31,7 +34,8 @@ if mode == 'c' then
   if redis.call('EXISTS', KEYS[1]) == 1 then return {0} end
 else
   old = redis.call('HMGET', KEYS[1], 'visit', 'step', 'status', 'started_at')
-  if old[1] ~= visit then ack(); return {0} end
+  local ended = old[3] ~= 'running' and old[3] ~= 'waiting' and old[3] ~= 'compensating'
+  if old[1] ~= visit or (ended and mode ~= 'r') then ack(); return {0} end
   started = old[4] or '0'
 end
 local ds, dn = list()
@@ -70,7 +74,7 @@ return {1, started}
 
 // copyScript writes a retry's copy of a step message and acknowledges the original, atomically,
 // and only while the original is still pending (a resent settlement writes no second copy); the
-// retry goes into the run's history while the visit is still the run's. KEYS: the step stream,
+// retry goes into the run's history while the visit is still the run's (and the run active). KEYS: the step stream,
 // the delayed set, the run, its history; ARGV: group, id, the message's visit, the history
 // event, then "x" and the XADD fields, or "z", score and member. Returns 1 written, 0 already
 // settled.
@@ -83,7 +87,10 @@ else
   redis.call('XADD', KEYS[1], '*', unpack(ARGV, 6))
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-if redis.call('HGET', KEYS[3], 'visit') == ARGV[3] then redis.call('RPUSH', KEYS[4], ARGV[4]) end
+local r = redis.call('HMGET', KEYS[3], 'visit', 'status')
+if r[1] == ARGV[3] and (r[2] == 'running' or r[2] == 'waiting' or r[2] == 'compensating') then
+  redis.call('RPUSH', KEYS[4], ARGV[4])
+end
 return 1
 `)
 

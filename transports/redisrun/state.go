@@ -51,15 +51,13 @@ func nonNil(l []string) []string     { return append([]string{}, l...) }
 func parseList(s string) []string    { var l []string; _ = json.Unmarshal([]byte(s), &l); return l }
 func eventJSON(e workflow.Event) any { b, _ := json.Marshal(e); return string(b) }
 
-// transitionFields are the run hash fields a transition sets: everything that moves. The visit
-// goes up with every transition applied, a run's end included (unlike workflow.State.Apply, which
-// raises it only on entering a step), so that a transition decided on the run before it ended (a
-// cancel racing the last step) finds its visit gone and changes nothing; a retried run's step
-// visits skip that one number.
+// transitionFields are the run hash fields a transition sets: everything that moves. As
+// workflow.State.Apply, the visit goes up when a step is entered (so the visit counts the run's
+// step visits), and the current step is the one entered, none once the run ended.
 func transitionFields(t workflow.Transition) []any {
 	f := []any{
 		fStatus, string(t.Status),
-		fVisit, itoa(t.Visit + 1),
+		fVisit, itoa(visitAfter(t)),
 		fError, t.Error,
 		fFinished, jsonList(t.Finished),
 		fPending, jsonList(t.Pending),
@@ -73,6 +71,14 @@ func transitionFields(t workflow.Transition) []any {
 		f = append(f, fStep, t.Enter)
 	}
 	return f
+}
+
+// visitAfter is the run's visit after t.
+func visitAfter(t workflow.Transition) int {
+	if t.Enter != "" {
+		return t.Visit + 1
+	}
+	return t.Visit
 }
 
 // stateFields are a new run's hash fields.

@@ -22,6 +22,7 @@ const DefaultRetention = 7 * 24 * time.Hour
 // applyOp is one call of applyScript: a transition, and what settles with it.
 type applyOp struct {
 	create    *workflow.State // mode "c": the new run
+	resume    bool            // mode "r": t may apply to an ended run (a retry)
 	t         workflow.Transition
 	ackStream string   // the delivery's step stream ("" none)
 	ackID     string   // the delivery's entry id
@@ -42,8 +43,11 @@ func (s *Store) call(op applyOp) (keys []string, args []any) {
 	run := s.k.run(t.Run)
 	keys = []string{run, s.k.out(t.Run), s.k.hist(t.Run), s.k.runs(), s.k.active(), s.k.timeouts(), s.k.delayed(), run, run, run}
 	mode, started, oldTimer := "a", "0", timerMember(t.Run, t.Visit)
-	if op.create != nil {
+	switch {
+	case op.create != nil:
 		mode, started, oldTimer = "c", msOf(op.create.StartedAt), ""
+	case op.resume:
+		mode = "r"
 	}
 	if t.Enter != "" {
 		keys[7] = s.k.step(t.Enter)
@@ -316,7 +320,7 @@ const changeRetries = 5
 // Cancel cancels a running run (runs cancel), compensations first under "compensate";
 // workflow.ErrNoRun when there is none, ErrNotActive when it has ended or is compensating.
 func (s *Store) Cancel(ctx context.Context, id string) error {
-	return s.change(ctx, id, func(st *workflow.State) (workflow.Transition, error) {
+	return s.change(ctx, id, false, func(st *workflow.State) (workflow.Transition, error) {
 		if !st.Status.Active() {
 			return workflow.Transition{}, fmt.Errorf("redisrun: run %s is %s: %w", id, st.Status, ErrNotActive)
 		}
@@ -327,14 +331,14 @@ func (s *Store) Cancel(ctx context.Context, id string) error {
 // Retry resumes a failed run at its failed step (runs retry, dlq redrive); the error of
 // workflow.Graph.Retry for a run that is not failed or was compensated.
 func (s *Store) Retry(ctx context.Context, id string) error {
-	return s.change(ctx, id, func(st *workflow.State) (workflow.Transition, error) {
+	return s.change(ctx, id, true, func(st *workflow.State) (workflow.Transition, error) {
 		return s.g.Retry(st, time.Now())
 	})
 }
 
 // change applies the transition decide makes of the run as it is, reading it again when a step
-// moved it meanwhile.
-func (s *Store) change(ctx context.Context, id string, decide func(*workflow.State) (workflow.Transition, error)) error {
+// moved it meanwhile; resume lets it apply to an ended run (Retry).
+func (s *Store) change(ctx context.Context, id string, resume bool, decide func(*workflow.State) (workflow.Transition, error)) error {
 	for range changeRetries {
 		st, err := s.Get(ctx, id)
 		if err != nil {
@@ -349,7 +353,7 @@ func (s *Store) change(ctx context.Context, id string, decide func(*workflow.Sta
 			// it was going to).
 			return fmt.Errorf("redisrun: run %s is %s: %w", id, st.Status, ErrNotActive)
 		}
-		ok, err := s.Apply(ctx, t)
+		ok, err := s.exec(ctx, applyOp{t: t, resume: resume})
 		if err != nil || ok {
 			return err
 		}

@@ -125,14 +125,23 @@ func TestDoneExpiresAfterRetention(t *testing.T) {
 		t.Errorf("OnDone(%s, %s)", status, took)
 	}
 	h := e.hgetall(e.k.run("r1"))
-	if h["step"] != "" || h["status"] != "completed" || h["visit"] != "2" {
+	if h["step"] != "" || h["status"] != "completed" || h["visit"] != "1" {
 		t.Errorf("run = %v", h)
 	}
 
-	// A retry of a finished run (here by hand) makes it keep again.
-	ok, err = e.s.Apply(e.ctx, workflow.Transition{Run: "r1", Visit: 2, Status: workflow.Running, Enter: "charge", At: now})
+	// A transition decided before the run ended (a cancel racing its last step) finds it
+	// ended and changes nothing, though the visit is the same.
+	late := workflow.Transition{Run: "r1", Visit: 1, Status: workflow.Running, Enter: "charge", At: now}
+	if ok, err := e.s.Apply(e.ctx, late); err != nil || ok {
+		t.Fatalf("late apply: %v %v", ok, err)
+	}
+	// A retry of an ended run (here by hand) applies, and makes it keep again.
+	ok, err = e.s.exec(e.ctx, applyOp{t: late, resume: true})
 	if err != nil || !ok {
-		t.Fatalf("apply: %v %v", ok, err)
+		t.Fatalf("resume: %v %v", ok, err)
+	}
+	if h := e.hgetall(e.k.run("r1")); h["visit"] != "2" || h["step"] != "charge" {
+		t.Errorf("resumed run = %v", h)
 	}
 	if d := e.pttl(e.k.run("r1")); d != -1 {
 		t.Errorf("PTTL of an active run = %s, want none", d)
