@@ -26,6 +26,7 @@ type reloader struct {
 	names   []string // --pipeline, applied on every reload
 	eng     *engine.Engine
 	w       *wiring
+	wfs     *workflows // the workflows running (SPEC §16), restarted when their fingerprint changes
 	metrics *promMetrics
 	log     zerolog.Logger
 
@@ -66,10 +67,18 @@ func (r *reloader) reload(ctx context.Context) {
 	if !ok {
 		return
 	}
+	wpl := r.wfs.plan(selectWorkflows(cfg, r.names))
+	if err := r.wfs.refuse(ctx, wpl); err != nil {
+		r.log.Error().Err(err).Msg("reload refused; running pipelines and workflows untouched")
+		return
+	}
 	if old := r.w.config().Telemetry; !sameTelemetry(old, cfg.Telemetry) {
 		r.log.Warn().Msg("the telemetry block changed: it applies at the next start of flowrun, not on a reload")
 	}
 	pl := r.plan(next)
+	// Changed and removed workflows stop first, whole (their timers, then their pipelines), so
+	// that no client a reload closes is still theirs; the new ones start last.
+	r.wfs.stop(r.eng, wpl.stop)
 
 	// Stop the removed and changed pipelines, all at once. A changed pipeline starts again once
 	// its old run has drained (the two must not overlap: the same consumer, the same standard
@@ -77,13 +86,21 @@ func (r *reloader) reload(ctx context.Context) {
 	// needs anew has stopped and that block's old client is closed. New pipelines that need
 	// nothing of that start at once.
 	stopped := r.stopAll(append(append([]string(nil), pl.removed...), pl.changed...))
-	dropped := r.dropClients(cfg, pl.running, pl.old, stopped)
+	dropped := r.dropClients(cfg, pl.running, wpl.next, pl.old, stopped)
 	failed := r.startAll(ctx, pl.start, stopped, dropped)
 	for _, ch := range stopped {
 		<-ch
 	}
 	for _, ch := range dropped {
 		<-ch
+	}
+	failedWF := r.wfs.start(ctx, r.eng, wpl.start)
+	for _, o := range wpl.stop {
+		if slices.Contains(wpl.removed, o.cfg.Name) {
+			for _, name := range o.names() {
+				r.metrics.forget(name)
+			}
+		}
 	}
 	running := pl.running
 	for _, name := range failed {
@@ -97,12 +114,14 @@ func (r *reloader) reload(ctx context.Context) {
 	}
 
 	ev := r.log.Info()
-	if len(failed) > 0 {
+	if len(failed) > 0 || len(failedWF) > 0 {
 		sort.Strings(failed)
-		ev = r.log.Error().Strs("failed", failed)
+		ev = r.log.Error().Strs("failed", nonNil(failed)).Strs("failed_workflows", nonNil(failedWF))
 	}
 	ev.Strs("added", nonNil(pl.added)).Strs("changed", nonNil(pl.changed)).Strs("removed", nonNil(pl.removed)).
-		Strs("kept", nonNil(pl.kept)).Msg("reloaded")
+		Strs("kept", nonNil(pl.kept)).
+		Strs("workflows_added", nonNil(wpl.added)).Strs("workflows_changed", nonNil(wpl.changed)).
+		Strs("workflows_removed", nonNil(wpl.removed)).Strs("workflows_kept", nonNil(wpl.kept)).Msg("reloaded")
 }
 
 // load loads and validates the files and selects the --pipeline ones; on an error it logs the
@@ -192,9 +211,13 @@ func (r *reloader) stopAll(names []string) map[string]chan struct{} {
 // dropClients closes each redis block whose client goes (changed, removed, or used by no
 // pipeline now) once its old users have stopped; its cached sinks go with it. A block's channel
 // closes once its client is closed.
-func (r *reloader) dropClients(cfg *config.Config, running []*config.Pipeline, old map[string]*config.Pipeline, stopped map[string]chan struct{}) map[string]chan struct{} {
+func (r *reloader) dropClients(cfg *config.Config, running []*config.Pipeline, wfs []*config.Workflow, old map[string]*config.Pipeline, stopped map[string]chan struct{}) map[string]chan struct{} {
 	dropped := map[string]chan struct{}{}
-	for _, b := range r.w.reconfigure(cfg, running) {
+	var wfBlocks []string
+	for _, wf := range wfs {
+		wfBlocks = append(wfBlocks, wf.RedisBlocks()...)
+	}
+	for _, b := range r.w.reconfigure(cfg, running, wfBlocks) {
 		done := make(chan struct{})
 		dropped[b] = done
 		var users []chan struct{}

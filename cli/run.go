@@ -94,7 +94,7 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	eng := engine.New(engine.Options{Sinks: w.sink, Metrics: metrics, Progress: f.progress,
 		DeadLettered: metrics.sources.deadLettered}, pipelines...)
 	metrics.readEngine(eng)
-	rl := &reloader{paths: paths, opts: opts, names: f.pipelines, eng: eng, w: w, metrics: metrics, log: logger, selected: selected}
+	rl := &reloader{paths: paths, opts: opts, names: f.pipelines, eng: eng, w: w, wfs: wfs, metrics: metrics, log: logger, selected: selected}
 	for _, p := range selected {
 		rl.stdinRead = rl.stdinRead || readsStdin(p)
 	}

@@ -50,10 +50,14 @@ func (w *wiring) openClient(slot *clientSlot, name string) (redis.UniversalClien
 }
 
 // reconfigure makes cfg the configuration new pipelines and emits are built from, and returns
-// the redis blocks whose open client must go: gone or changed, or used by no pipeline of keep.
-// The caller closes each with dropClient once the pipelines that used it have stopped.
-func (w *wiring) reconfigure(cfg *config.Config, keep []*config.Pipeline) []string {
+// the redis blocks whose open client must go: gone or changed, or used by no pipeline of keep
+// and not in also (the workflows' blocks). The caller closes each with dropClient once the
+// pipelines that used it have stopped.
+func (w *wiring) reconfigure(cfg *config.Config, keep []*config.Pipeline, also []string) []string {
 	used := map[string]bool{}
+	for _, b := range also {
+		used[b] = true
+	}
 	for _, p := range keep {
 		for _, b := range p.RedisBlocks() {
 			used[b] = true

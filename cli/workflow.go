@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -238,4 +239,146 @@ func (ws *workflows) activeCounts(ctx context.Context) []activeCount {
 		}
 	}
 	return out
+}
+
+// workflowPlan is what a reload does with each workflow, by name.
+type workflowPlan struct {
+	added, changed, kept, removed []string
+	stop                          []*liveWorkflow    // the removed and changed, to stop
+	start                         []*config.Workflow // the added and changed, to start
+	next                          []*config.Workflow // what runs after the reload
+}
+
+// plan compares the workflows to run with those running by their fingerprints.
+func (ws *workflows) plan(next []*config.Workflow) workflowPlan {
+	var pl workflowPlan
+	old := map[string]*liveWorkflow{}
+	for _, r := range ws.list() {
+		old[r.cfg.Name] = r
+	}
+	for _, wf := range next {
+		o := old[wf.Name]
+		delete(old, wf.Name)
+		switch {
+		case o == nil:
+			pl.added = append(pl.added, wf.Name)
+			pl.start = append(pl.start, wf)
+		case o.cfg.Fingerprint() != wf.Fingerprint():
+			pl.changed = append(pl.changed, wf.Name)
+			pl.stop = append(pl.stop, o)
+			pl.start = append(pl.start, wf)
+		default:
+			pl.kept = append(pl.kept, wf.Name)
+			wf = o.cfg // it runs on as it was
+		}
+		pl.next = append(pl.next, wf)
+	}
+	for name, o := range old {
+		pl.removed = append(pl.removed, name)
+		pl.stop = append(pl.stop, o)
+	}
+	sort.Strings(pl.removed)
+	return pl
+}
+
+// reloadCheckTimeout bounds the Redis reads of a reload's check of active runs.
+const reloadCheckTimeout = 5 * time.Second
+
+// refuse says why the reload must not happen (SPEC §16): it would remove a step where runs
+// are active (a changed workflow without the step, or a workflow removed). nil: it may.
+func (ws *workflows) refuse(ctx context.Context, pl workflowPlan) error {
+	next := map[string]*config.Workflow{}
+	for _, wf := range pl.next {
+		next[wf.Name] = wf
+	}
+	ctx, cancel := context.WithTimeout(ctx, reloadCheckTimeout)
+	defer cancel()
+	for _, o := range pl.stop {
+		var gone []string
+		for _, s := range o.cfg.Steps {
+			if n := next[o.cfg.Name]; n == nil || n.Step(s.Name) == nil {
+				gone = append(gone, s.Name)
+			}
+		}
+		if len(gone) == 0 {
+			continue
+		}
+		h, err := o.client.HGetAll(ctx, redisrun.Prefix(o.cfg.Name)+"active").Result()
+		if err != nil {
+			return fmt.Errorf("workflow %s: cannot read its active runs to check the steps it loses: %w", o.cfg.Name, err)
+		}
+		for _, s := range gone {
+			if n, _ := strconv.ParseInt(h[s], 10, 64); n > 0 {
+				return fmt.Errorf("workflow %s: step %q is removed, but %d runs are active there; finish or cancel them (flowrun runs list %s --status running) before removing it", o.cfg.Name, s, n, o.cfg.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// stop stops the workflows' timers and pipelines (each pipeline drains as on SIGTERM) and
+// releases what they owned; it returns once all have stopped.
+func (ws *workflows) stop(eng *engine.Engine, rs []*liveWorkflow) {
+	var wg sync.WaitGroup
+	for _, r := range rs {
+		ws.mu.Lock()
+		delete(ws.running, r.cfg.Name)
+		ws.mu.Unlock()
+		if r.stopTimers != nil {
+			r.stopTimers()
+			<-r.timersDone
+		}
+		for _, name := range r.names() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := eng.Stop(name); err != nil {
+					ws.log.Error().Err(err).Str(engine.FieldPipeline, name).Msg("pipeline failed while stopping")
+				}
+				ws.w.release(name)
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+// start builds and starts the workflows with their timers, and returns the names of those that
+// failed to start (nothing of them is left running).
+func (ws *workflows) start(ctx context.Context, eng *engine.Engine, wfs []*config.Workflow) []string {
+	var failed []string
+	for _, wf := range wfs {
+		if err := ws.startOne(ctx, eng, wf); err != nil {
+			ws.log.Error().Err(err).Str("workflow", wf.Name).Msg("cannot start workflow")
+			failed = append(failed, wf.Name)
+			continue
+		}
+		ws.log.Info().Str("workflow", wf.Name).Msg("workflow started")
+	}
+	return failed
+}
+
+func (ws *workflows) startOne(ctx context.Context, eng *engine.Engine, wf *config.Workflow) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r, err := ws.w.workflow(ctx, wf, ws.consumer, ws.metrics)
+	if err != nil {
+		return err
+	}
+	for i, p := range r.pipelines {
+		if err := eng.Start(p); err != nil {
+			for _, q := range r.pipelines[i:] {
+				q.Source.Close()
+				ws.w.release(q.Name)
+			}
+			r.pipelines = r.pipelines[:i]
+			ws.stop(eng, []*liveWorkflow{r})
+			return err
+		}
+	}
+	ws.mu.Lock()
+	ws.running[wf.Name] = r
+	ws.mu.Unlock()
+	ws.startTimers(ctx, r)
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,5 +151,100 @@ workflow "order" {
 	if !ok {
 		out, _, _ := runCLI(t, "runs", "show", "order", "o2", dir)
 		t.Errorf("redriven run did not fail again:\n%s", out)
+	}
+}
+
+// reloadWorkflow is a workflow whose second step holds its runs (a retry an hour away), for
+// the reload tests; %s is reserve's next and what follows it.
+const reloadWorkflow = `
+redis "main" {
+  url = %q
+}
+
+workflow "order" {
+  run_id = "payload.order_id"
+
+  start {
+    source "stream" {
+      stream = "orders"
+    }
+  }
+
+  step "reserve" {
+    rule "ok" {
+      output = %q
+    }
+    %s
+  }
+}
+`
+
+const holdingStep = `next = "charge"
+  }
+
+  step "charge" {
+    rule "hold" {
+      when    = "input.sku == 'hold'"
+      outcome = "retry_after('1h')"
+    }
+    rule "ok" {
+      output = "'charged'"
+    }`
+
+// A reload that would remove a step where runs are active is refused, naming the step and the
+// count (SPEC §16); one that changes a workflow restarts it, and new runs run the new one.
+func TestReloadWorkflow(t *testing.T) {
+	srv := redistest.Start(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "order.hcl")
+	write := func(output, rest string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(fmt.Sprintf(reloadWorkflow, srv.URL, output, rest)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("'v1'", holdingStep)
+	errs := startRun(t, "--log-level", "info", dir)
+	c := srv.Client(t)
+	ctx := context.Background()
+	send := func(id, sku string) {
+		t.Helper()
+		b, _ := json.Marshal(map[string]string{"order_id": id, "sku": sku})
+		if err := c.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: map[string]any{"payload": string(b)}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("held", "hold")
+	send("o1", "A1")
+	waitRun(t, dir, "o1", "completed", errs)
+	waitLog := func(what string) {
+		t.Helper()
+		if !redistest.WaitFor(ctx, 15*time.Second, func() bool { return strings.Contains(errs.String(), what) }) {
+			t.Fatalf("no %q in run's stderr:\n%s", what, errs.String())
+		}
+	}
+	// held is at charge: its message is held by the runtime, and the run is active there.
+	if !redistest.WaitFor(ctx, 15*time.Second, func() bool { return c.HGet(ctx, "flowrun:{order}:active", "charge").Val() == "1" }) {
+		t.Fatalf("held is not active at charge: %v", c.HGetAll(ctx, "flowrun:{order}:active").Val())
+	}
+
+	write("'v2'", "") // charge removed
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(`step \"charge\" is removed, but 1 runs are active there`)
+	if strings.Contains(errs.String(), `"reloaded"`) {
+		t.Fatalf("the refused reload applied:\n%s", errs.String())
+	}
+
+	write("'v2'", holdingStep) // a change that removes nothing
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(`"workflows_changed":["order"]`)
+	send("o2", "A2")
+	show := waitRun(t, dir, "o2", "completed", errs)
+	if got := compact(t, show["steps"]); got != `{"charge":"charged","reserve":"v2"}` {
+		t.Errorf("after the reload: steps %s", got)
 	}
 }
