@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,7 +117,13 @@ workflow "order" {
 	if err := os.WriteFile(filepath.Join(dir, "order.hcl"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	errs := startRun(t, "--http-addr", "127.0.0.1:0", dir)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	errs := startRun(t, "--http-addr", addr, dir)
 	c := srv.Client(t)
 	ctx := context.Background()
 	for _, m := range []map[string]any{{"order_id": "o1", "sku": "A1"}, {"order_id": "o2", "sku": "bad"}} {
@@ -133,8 +140,44 @@ workflow "order" {
 	if !strings.Contains(string(show["error"]), "attempts") {
 		t.Errorf("failed run's error %s", show["error"])
 	}
+	// The metrics count the runs this process ended, and read the active runs from Redis.
+	var scraped string
+	ok := redistest.WaitFor(ctx, 15*time.Second, func() bool {
+		scraped, _ = get("http://" + addr + "/metrics")
+		return strings.Contains(scraped, `flowrun_runs_total{status="failed",workflow="order"} 1`)
+	})
+	for _, want := range []string{
+		`flowrun_runs_total{status="completed",workflow="order"} 1`,
+		`flowrun_run_seconds_count{workflow="order"} 2`,
+		`flowrun_runs_active{step="charge",workflow="order"} 0`,
+		`flowrun_runs_active{step="reserve",workflow="order"} 0`,
+		`flowrun_messages_total{outcome="ack",pipeline="order/reserve"} 2`,
+	} {
+		if !ok || !strings.Contains(scraped, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, grepLines(scraped, "flowrun_run"))
+		}
+	}
+	// inspect: the start pipeline's row, and the workflow's runs per status and per step.
+	out, errOut, code := runCLI(t, "inspect", "--json", dir)
+	var rows []map[string]json.RawMessage
+	if code != ExitOK || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 2 {
+		t.Fatalf("inspect --json: exit %d, stderr %q\n%s", code, errOut, out)
+	}
+	if string(rows[0]["pipeline"]) != `"order"` || string(rows[0]["key"]) != `"orders"` {
+		t.Errorf("start pipeline's row %v", rows[0])
+	}
+	if got := compact(t, rows[1]["runs"]); !strings.Contains(got, `"completed":1`) || !strings.Contains(got, `"failed":1`) || !strings.Contains(got, `"running":0`) {
+		t.Errorf("inspect runs %s", got)
+	}
+	if got := compact(t, rows[1]["active"]); got != `{"charge":0,"reserve":0}` {
+		t.Errorf("inspect active %s", got)
+	}
+	out, _, _ = runCLI(t, "inspect", dir)
+	if !strings.Contains(out, "COMPENSATION_FAILED") || !strings.Contains(out, "WORKFLOW  STEP") {
+		t.Errorf("inspect table:\n%s", out)
+	}
 	// The failed step's message is in the workflow's dead letter, with x-run-id.
-	out, errOut, code := runCLI(t, "dlq", "list", "order", "--json", dir)
+	out, errOut, code = runCLI(t, "dlq", "list", "order", "--json", dir)
 	if code != ExitOK || !strings.Contains(out, `"x-run-id":"o2"`) {
 		t.Errorf("dlq list order: exit %d, stderr %q\n%s", code, errOut, out)
 	}
@@ -144,7 +187,7 @@ workflow "order" {
 	if code != ExitOK || !strings.HasPrefix(out, "redrove 1 ") {
 		t.Fatalf("dlq redrive order: exit %d, stderr %q\n%s", code, errOut, out)
 	}
-	ok := redistest.WaitFor(ctx, 15*time.Second, func() bool {
+	ok = redistest.WaitFor(ctx, 15*time.Second, func() bool {
 		out, _, _ := runCLI(t, "runs", "show", "order", "o2", "--json", dir)
 		return strings.Count(out, `"outcome": "failed"`) == 2
 	})
@@ -247,4 +290,15 @@ func TestReloadWorkflow(t *testing.T) {
 	if got := compact(t, show["steps"]); got != `{"charge":"charged","reserve":"v2"}` {
 		t.Errorf("after the reload: steps %s", got)
 	}
+}
+
+// grepLines are the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for line := range strings.Lines(s) {
+		if strings.Contains(line, sub) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "")
 }
