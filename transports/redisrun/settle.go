@@ -151,7 +151,7 @@ func (src *stepSource) plan(ctx context.Context, i int, st *engine.Settlement, v
 		}
 		t := g.Finish(v.State, d.Run, d.Attempt, label, now)
 		op.t = t
-		op.keys, op.args = src.s.call(applyOp{t: t, ackStream: src.stream, ackID: d.ID})
+		op.keys, op.args = src.s.call(applyOp{t: t, prev: v.State, ackStream: src.stream, ackID: d.ID})
 	case engine.ActDeadLetter:
 		if st.Copy == nil || st.DeadLetterKey == "" {
 			return nil, fmt.Errorf("dead letter %s: no copy or key: %w", d.ID, engine.ErrPermanent)
@@ -159,7 +159,7 @@ func (src *stepSource) plan(ctx context.Context, i int, st *engine.Settlement, v
 		t := g.Fail(v.State, d.Attempt, st.Copy.Headers[engine.HeaderDeadLetterReason], now)
 		c := st.Copy.Clone()
 		c.Headers[engine.HeaderRunID] = d.Run.ID
-		ao := applyOp{t: t, ackStream: src.stream, ackID: d.ID, dead: codec.StreamFields(c), deadKey: st.DeadLetterKey}
+		ao := applyOp{t: t, prev: v.State, ackStream: src.stream, ackID: d.ID, dead: codec.StreamFields(c), deadKey: st.DeadLetterKey}
 		if !redisconn.SameSlot(src.s.c, st.DeadLetterKey, src.stream) {
 			// Another slot (a Cluster, a dead_letter without the workflow's hash tag): written
 			// first, on its own; a crash before the script leaves a duplicate, never a loss.

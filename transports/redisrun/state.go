@@ -3,6 +3,7 @@ package redisrun
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -53,23 +54,30 @@ func eventJSON(e workflow.Event) any { b, _ := json.Marshal(e); return string(b)
 
 // transitionFields are the run hash fields a transition sets: everything that moves. As
 // workflow.State.Apply, the visit goes up when a step is entered (so the visit counts the run's
-// step visits), and the current step is the one entered, none once the run ended.
-func transitionFields(t workflow.Transition) []any {
-	f := []any{
-		fStatus, string(t.Status),
-		fVisit, itoa(visitAfter(t)),
-		fError, t.Error,
-		fFinished, jsonList(t.Finished),
-		fPending, jsonList(t.Pending),
-		fEnding, string(t.Ending),
-		fFailedStep, t.FailedStep,
-		fCompensated, boolField(t.Compensated),
-		fUpdatedAt, msOf(t.At),
-	}
+// step visits), and the current step is the one entered, none once the run ended. With prev
+// (the record as the transition was decided on) only what differs from it is written.
+func transitionFields(t workflow.Transition, prev *workflow.State) []any {
+	f := make([]any, 0, 20)
+	f = append(f, fVisit, itoa(visitAfter(t)), fUpdatedAt, msOf(t.At))
 	if t.Enter != "" || t.Done {
-		// The run's current step: the one entered, none once ended (as State.Apply).
 		f = append(f, fStep, t.Enter)
 	}
+	set := func(name, v string, same bool) {
+		if prev == nil || !same {
+			f = append(f, name, v)
+		}
+	}
+	var p workflow.State
+	if prev != nil {
+		p = *prev
+	}
+	set(fStatus, string(t.Status), t.Status == p.Status)
+	set(fError, t.Error, t.Error == p.Error)
+	set(fFinished, jsonList(t.Finished), slices.Equal(t.Finished, p.Finished))
+	set(fPending, jsonList(t.Pending), slices.Equal(t.Pending, p.Pending))
+	set(fEnding, string(t.Ending), t.Ending == p.Ending)
+	set(fFailedStep, t.FailedStep, t.FailedStep == p.FailedStep)
+	set(fCompensated, boolField(t.Compensated), t.Compensated == p.Compensated)
 	return f
 }
 

@@ -21,8 +21,12 @@ const DefaultRetention = 7 * 24 * time.Hour
 
 // applyOp is one call of applyScript: a transition, and what settles with it.
 type applyOp struct {
-	create    *workflow.State // mode "c": the new run
-	resume    bool            // mode "r": t may apply to an ended run (a retry)
+	create *workflow.State // mode "c": the new run
+	resume bool            // mode "r": t may apply to an ended run (a retry)
+	// prev is the run as t was decided on, when known (a step's settlement): only the fields
+	// that differ from it are written. The script's visit check makes that safe: while the
+	// visit is t.Visit and the run active, no transition has changed the record since.
+	prev      *workflow.State
 	t         workflow.Transition
 	ackStream string   // the delivery's step stream ("" none)
 	ackID     string   // the delivery's entry id
@@ -43,6 +47,11 @@ func (s *Store) call(op applyOp) (keys []string, args []any) {
 	run := s.k.run(t.Run)
 	keys = []string{run, s.k.out(t.Run), s.k.hist(t.Run), s.k.runs(), s.k.active(), s.k.timeouts(), s.k.delayed(), run, run, run}
 	mode, started, oldTimer := "a", "0", timerMember(t.Run, t.Visit)
+	if op.prev != nil {
+		if def := s.g.Step(op.prev.Step); def != nil && def.Timeout == 0 {
+			oldTimer = "" // entering the step registered no timeout
+		}
+	}
 	switch {
 	case op.create != nil:
 		mode, started, oldTimer = "c", msOf(op.create.StartedAt), ""
@@ -81,7 +90,7 @@ func (s *Store) call(op applyOp) (keys []string, args []any) {
 		args = append(args, f)
 	}
 	args = append(args, dMember, dScore, tMember, tScore)
-	hash := transitionFields(t)
+	hash := transitionFields(t, op.prev)
 	if op.create != nil {
 		hash = stateFields(op.create)
 	}
