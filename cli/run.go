@@ -98,6 +98,9 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	for _, p := range selected {
 		rl.stdinRead = rl.stdinRead || readsStdin(p)
 	}
+	for _, wf := range wfs.list() {
+		rl.stdinRead = rl.stdinRead || readsStdin(wf.cfg.Start)
+	}
 	bg, stopBg := context.WithCancel(ctx)
 	var bgDone sync.WaitGroup
 	defer func() {
@@ -221,7 +224,11 @@ func selectPipelines(cfg *config.Config, names []string) ([]*config.Pipeline, hc
 		}
 	}
 	var stdin *config.Pipeline
-	for _, p := range selected {
+	readers := selected
+	for _, wf := range selectWorkflows(cfg, names) {
+		readers = append(readers[:len(readers):len(readers)], wf.Start) // a start pipeline reads its source too
+	}
+	for _, p := range readers {
 		if r, ok := p.Source.Config.(transports.StdinReader); !ok || !r.ReadsStdin() {
 			continue
 		}

@@ -260,9 +260,17 @@ func (ws *workflows) plan(next []*config.Workflow) workflowPlan {
 		o := old[wf.Name]
 		delete(old, wf.Name)
 		switch {
+		case o == nil && readsStdin(wf.Start):
+			ws.log.Error().Str("workflow", wf.Name).Msg("cannot start a workflow that reads standard input on a reload: it starts at the next start of flowrun")
+			continue
 		case o == nil:
 			pl.added = append(pl.added, wf.Name)
 			pl.start = append(pl.start, wf)
+		case o.cfg.Fingerprint() != wf.Fingerprint() && (readsStdin(o.cfg.Start) || readsStdin(wf.Start)):
+			// its reader has read ahead of what it handed over: a new run would lose those lines
+			ws.log.Warn().Str("workflow", wf.Name).Msg("workflow reads standard input and is not restarted by a reload: its change applies at the next start of flowrun")
+			pl.kept = append(pl.kept, wf.Name)
+			wf = o.cfg
 		case o.cfg.Fingerprint() != wf.Fingerprint():
 			pl.changed = append(pl.changed, wf.Name)
 			pl.stop = append(pl.stop, o)
