@@ -399,6 +399,9 @@ func applyMock(m *config.StepMock, d *engine.Delivery, res *engine.Result) {
 		d.Run.Output, d.Run.HasOutput = decodeJSON(m.Output), true
 	}
 	if o, ok := m.MockOutcome(); ok {
+		if o.Kind == engine.KindDeadLetter && o.Reason == "" {
+			o.Reason = "the mock's outcome" // what the run's error says it failed of
+		}
 		res.Outcome, res.Err = o, nil
 	}
 }
