@@ -297,3 +297,46 @@ func TestRowMisses(t *testing.T) {
 		t.Fatalf("misses = %q", m)
 	}
 }
+
+// The plain side of the workflow workload runs every run through its three steps, leaving what
+// checkWorkflow checks, and a start message for a run that exists starts nothing.
+func TestPlainWorkflow(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	const prefix, runs = "bench:{wfplain}", 50
+	if err := preloadStreams(ctx, rdb, runs, prefix+":start"); err != nil {
+		t.Fatal(err)
+	}
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: prefix + ":start", Values: []string{"payload", payload(7)}})
+	b := &bench{o: options{batch: 8}, rdb: rdb}
+	if err := b.plainWorkflow(ctx, prefix, runs); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkWorkflow(ctx, rdb, prefix, "g", runs); err != nil {
+		t.Fatal(err)
+	}
+	hist, err := rdb.LRange(ctx, prefix+":hist:7", 0, -1).Result()
+	if err != nil || len(hist) != 5 || !strings.Contains(hist[3], `"step":"three","visit":3`) || !strings.Contains(hist[4], `"completed"`) {
+		t.Fatalf("history of run 7: %v %q", err, hist)
+	}
+	out, _ := rdb.HGetAll(ctx, prefix+":out:7").Result()
+	if len(out) != 3 || out["two"] != `"two"` {
+		t.Fatalf("outputs of run 7: %v", out)
+	}
+	if ttl := rdb.TTL(ctx, prefix+":run:7").Val(); ttl <= 0 {
+		t.Fatalf("run 7 does not expire: %v", ttl)
+	}
+	if n := rdb.HGet(ctx, prefix+":active", "three").Val(); n != "0" {
+		t.Fatalf("active in three: %q", n)
+	}
+}
+
+func TestWorkflowOrderID(t *testing.T) {
+	for _, i := range []int{0, 7, 199_999} {
+		if got := wfOrderID(payload(i)); got != strconv.Itoa(i) {
+			t.Errorf("wfOrderID(%s) = %q", payload(i), got)
+		}
+	}
+}

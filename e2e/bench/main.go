@@ -11,6 +11,7 @@
 //	go run ./e2e/bench -workload latency -rate 5000 -duration 10s
 //	go run ./e2e/bench -workload rules -cpuprofile /tmp/prof   # flowrun writes /tmp/prof/rules.pprof
 //	go run ./e2e/bench -workload flow -n 50000               # rules with each flow-control block, beside without
+//	go run ./e2e/bench -workload workflow -n 100000          # n/4 runs of three steps, runs per second
 //
 // It must run inside the flowrun module (it builds ./cmd/flowrun unless -bin names a binary).
 package main
@@ -60,6 +61,7 @@ var workloads = []workload{
 	{"claim", runClaim},
 	{"latency", runLatency},
 	{"flow", runFlow},
+	{"workflow", runWorkflow},
 }
 
 func workloadNames() []string {

@@ -123,6 +123,7 @@ var plainConsumers = map[string]func(b *bench, ctx context.Context, key string, 
 		return b.plainList(ctx, key, key+":processing", n)
 	},
 	"autoclaim": (*bench).plainAutoclaim,
+	"workflow":  (*bench).plainWorkflow,
 }
 
 // timePlain runs the plain consumer role on key in a child process (this binary again) and
