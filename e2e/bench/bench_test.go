@@ -340,3 +340,12 @@ func TestWorkflowOrderID(t *testing.T) {
 		}
 	}
 }
+
+// A row's unit and own target survive the medians of several runs.
+func TestMediansKeepUnitAndTarget(t *testing.T) {
+	r := row{name: "workflow", unit: "run", target: wfMinRatio}
+	m := medians([]results{{rows: []row{r}}, {rows: []row{r}}, {rows: []row{r}}})
+	if got := m.rows[0]; got.unit != "run" || got.target != wfMinRatio {
+		t.Fatalf("medians lost the unit or target: %+v", got)
+	}
+}

@@ -103,7 +103,8 @@ func medians(runs []results) results {
 	var out results
 	for i := range runs[0].rows {
 		var plain, flow []span
-		r := row{name: runs[0].rows[i].name, baseline: runs[0].rows[i].baseline}
+		first := runs[0].rows[i]
+		r := row{name: first.name, baseline: first.baseline, unit: first.unit, target: first.target}
 		for _, run := range runs {
 			x := run.rows[i]
 			plain, flow = append(plain, x.plain), append(flow, x.flowrun)
