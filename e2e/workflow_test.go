@@ -49,7 +49,7 @@ type wfEvent struct {
 func (r *wfRun) finished() []string {
 	var out []string
 	for _, e := range r.History {
-		if e.Step != "" && e.Outcome == "ack" && e.Error == "" {
+		if e.Step != "" && e.Outcome == "ack" {
 			out = append(out, e.Step)
 		}
 	}
@@ -279,8 +279,8 @@ func TestWorkflowRunsToCompletion(t *testing.T) {
 }
 
 // TestWorkflowCompensationOrder: a run that fails at its third step runs the compensations of
-// the two steps that finished in the reverse order of finishing and ends failed; a compensated
-// run cannot be retried.
+// the two steps that finished in the reverse order of finishing and ends failed, its failed
+// step's message in the dead letter with x-run-id; a compensated run cannot be retried.
 func TestWorkflowCompensationOrder(t *testing.T) {
 	e := newStreamEnv(t)
 	undo := func(name string) string {
@@ -356,6 +356,10 @@ func TestWorkflowCompensationOrder(t *testing.T) {
 	json.Unmarshal([]byte(msgs[1].Values["payload"].(string)), &second)
 	if first.Step != "refund" || second.Step != "release" || first.Run != "o-9" || second.Visit <= first.Visit || first.Visit <= 3 {
 		t.Errorf("undo events %+v then %+v: want refund then release of o-9, visits after ship's 3", first, second)
+	}
+	dead := e.streamXRange("flowrun:{order}:dead")
+	if len(dead) != 1 || dead[0].Values["x-run-id"] != "o-9" || !strings.Contains(fmt.Sprint(dead[0].Values["x-dead-letter-reason"]), "no carrier ships to AQ") {
+		t.Errorf("dead letter %v: want one entry with x-run-id o-9 and the rule's reason", dead)
 	}
 	if res := flowrun(t, "", "runs", "retry", "order", "o-9", cfg); res.code != 1 {
 		t.Errorf("runs retry of a compensated run: exit %d, want 1\n%s%s", res.code, res.stdout, res.stderr)
