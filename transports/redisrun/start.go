@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/flowrun/flowrun/engine"
 )
 
@@ -30,8 +32,15 @@ func startInput(p []byte) json.RawMessage {
 	return b
 }
 
-// headerTraceParent is the W3C trace context header a start message may carry (SPEC §14).
-const headerTraceParent = "traceparent"
+// traceParent is the run's trace context (SPEC §14): the start delivery's span when the start
+// pipeline traces (its context carries it), else the start message's own traceparent. Each step
+// message carries it, so every step visit's span joins the run's trace, across processes.
+func traceParent(ctx context.Context, d *engine.Delivery) string {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		return fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
+	}
+	return d.Headers[engine.HeaderTraceparent]
+}
 
 var errEmptyRunID = errors.New("run_id is empty")
 
@@ -55,7 +64,7 @@ func (s *Store) StartHandler(runID func(d *engine.Delivery) (string, error), fin
 		}
 		st, t := s.g.Start(id, startInput(d.Payload), time.Now())
 		st.Fingerprint = fingerprint
-		st.TraceParent = d.Headers[headerTraceParent]
+		st.TraceParent = traceParent(ctx, d)
 		ok, err := s.Create(ctx, st, t)
 		switch {
 		case err != nil:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flowrun/flowrun/codec"
+	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/workflow"
 )
 
@@ -169,7 +170,12 @@ func delayedMember(step string, fields []string) string {
 	return string(append(b, "]}"...))
 }
 
-// stepFields are the fields of a step message entering visit of run.
-func stepFields(run string, visit int) []string {
-	return []string{msgRun, run, msgVisit, itoa(visit)}
+// stepFields are the fields of a step message entering visit of run; trace, when set, is the
+// run's trace context (SPEC §14: each step visit's span is a child of the run's start).
+func stepFields(run string, visit int, trace string) []string {
+	f := []string{msgRun, run, msgVisit, itoa(visit)}
+	if trace != "" {
+		f = append(f, engine.HeaderTraceparent, trace)
+	}
+	return f
 }

@@ -34,6 +34,17 @@ type applyOp struct {
 	deadKey   string
 }
 
+// trace is the run's trace context for the message of the step entered, where the run is known.
+func (op applyOp) trace() string {
+	switch {
+	case op.create != nil:
+		return op.create.TraceParent
+	case op.prev != nil:
+		return op.prev.TraceParent
+	}
+	return ""
+}
+
 func (s *Store) retention() time.Duration {
 	if s.g.Retention > 0 {
 		return s.g.Retention
@@ -77,7 +88,7 @@ func (s *Store) call(op applyOp) (keys []string, args []any) {
 	dMember, dScore, tMember, tScore := "", "0", "", "0"
 	var fields []string
 	if t.Enter != "" {
-		fields = stepFields(t.Run, t.Visit+1)
+		fields = stepFields(t.Run, t.Visit+1, op.trace())
 		if t.EnterDelay > 0 {
 			dMember, dScore = delayedMember(t.Enter, fields), msOf(t.At.Add(t.EnterDelay))
 		}
@@ -362,7 +373,7 @@ func (s *Store) change(ctx context.Context, id string, resume bool, decide func(
 			// it was going to).
 			return fmt.Errorf("redisrun: run %s is %s: %w", id, st.Status, ErrNotActive)
 		}
-		ok, err := s.exec(ctx, applyOp{t: t, resume: resume})
+		ok, err := s.exec(ctx, applyOp{t: t, resume: resume, prev: st})
 		if err != nil || ok {
 			return err
 		}

@@ -128,7 +128,7 @@ func (s *Store) fireTimeouts(ctx context.Context, log zerolog.Logger) (int, erro
 			over = append(over, m)
 			continue
 		}
-		applied, err := s.Apply(ctx, s.g.TimedOut(st, time.Now()))
+		applied, err := s.exec(ctx, applyOp{t: s.g.TimedOut(st, time.Now()), prev: st})
 		if err != nil {
 			return 0, err
 		}
