@@ -154,7 +154,7 @@ func parseDLQArgs(args []string, stdio Stdio) (*dlqArgs, int) {
 func dlqPipeline(a *dlqArgs, cfg *config.Config, stdio Stdio) (*config.Pipeline, transports.DeadLetterStore, int) {
 	p := cfg.Pipeline(a.name)
 	if p == nil {
-		fmt.Fprintf(stdio.Err, "flowrun dlq %s: no pipeline or workflow %q in the files loaded\n", a.sub, a.name)
+		fmt.Fprintf(stdio.Err, "flowrun dlq %s: no pipeline %q in the files loaded (nor a workflow)\n", a.sub, a.name)
 		return nil, nil, ExitConfig
 	}
 	store, ok := p.Source.Config.(transports.DeadLetterStore)

@@ -71,7 +71,7 @@ func cmdInspect(ctx context.Context, args []string, stdio Stdio) int {
 				continue // selectWorkflows selects it
 			}
 			if p == nil {
-				fmt.Fprintf(stdio.Err, "flowrun inspect: no pipeline or workflow %q in the files loaded\n", name)
+				fmt.Fprintf(stdio.Err, "flowrun inspect: no pipeline %q in the files loaded (nor a workflow)\n", name)
 				return ExitConfig
 			}
 			selected = append(selected, p)
