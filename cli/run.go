@@ -40,6 +40,10 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	if err != nil {
 		return flagExit(err)
 	}
+	if f.progress < 0 {
+		fmt.Fprintf(stdio.Err, "flowrun run: --progress-interval must not be negative\n")
+		return ExitConfig
+	}
 	bar, logger, err := runLogger(f, stdio)
 	if err != nil {
 		fmt.Fprintf(stdio.Err, "flowrun run: %v\n", err)
@@ -73,34 +77,17 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 		return ExitConfig
 	}
 	defer flush()
-	pipelines, err := w.pipelines(ctx, selected)
+	pipelines, wfs, err := buildPipelines(ctx, w, selected, selectWorkflows(cfg, f.pipelines), metrics, f.consumer, logger)
 	if err != nil {
 		logger.Error().Err(err).Msg("cannot start")
 		return ExitRuntime
 	}
-	wfs := newWorkflows(w, metrics, f.consumer, logger)
-	wfPipes, err := wfs.build(ctx, selectWorkflows(cfg, f.pipelines))
-	if err != nil {
-		logger.Error().Err(err).Msg("cannot start")
-		return ExitRuntime
-	}
-	pipelines = append(pipelines, wfPipes...)
-	metrics.readRuns(wfs.activeCounts)
 
-	if f.progress < 0 {
-		fmt.Fprintf(stdio.Err, "flowrun run: --progress-interval must not be negative\n")
-		return ExitConfig
-	}
 	eng := engine.New(engine.Options{Sinks: w.sink, Metrics: metrics, Progress: f.progress,
 		DeadLettered: metrics.sources.deadLettered}, pipelines...)
 	metrics.readEngine(eng)
-	rl := &reloader{paths: paths, opts: opts, names: f.pipelines, eng: eng, w: w, wfs: wfs, metrics: metrics, log: logger, selected: selected}
-	for _, p := range selected {
-		rl.stdinRead = rl.stdinRead || readsStdin(p)
-	}
-	for _, wf := range wfs.list() {
-		rl.stdinRead = rl.stdinRead || readsStdin(wf.cfg.Start)
-	}
+	rl := &reloader{paths: paths, opts: opts, names: f.pipelines, eng: eng, w: w, wfs: wfs, metrics: metrics,
+		log: logger, selected: selected, stdinRead: anyReadsStdin(selected, wfs)}
 	bg, stopBg := context.WithCancel(ctx)
 	var bgDone sync.WaitGroup
 	defer func() {
@@ -331,4 +318,36 @@ func startTelemetry(ctx context.Context, cfg *config.Config, log zerolog.Logger)
 	}
 	log.Info().Str("endpoint", c.Endpoint).Float64("sample_ratio", c.SampleRatio).Msg("exporting traces over OTLP/HTTP")
 	return p, nil
+}
+
+// buildPipelines builds the selected pipelines and the start and step pipelines of the selected
+// workflows, whose active runs the metrics read at scrape.
+func buildPipelines(ctx context.Context, w *wiring, selected []*config.Pipeline, wfSelected []*config.Workflow,
+	metrics *promMetrics, consumer string, logger zerolog.Logger) ([]*engine.Pipeline, *workflows, error) {
+	pipelines, err := w.pipelines(ctx, selected)
+	if err != nil {
+		return nil, nil, err
+	}
+	wfs := newWorkflows(w, metrics, consumer, logger)
+	wfPipes, err := wfs.build(ctx, wfSelected)
+	if err != nil {
+		return nil, nil, err
+	}
+	metrics.readRuns(wfs.activeCounts)
+	return append(pipelines, wfPipes...), wfs, nil
+}
+
+// anyReadsStdin reports whether a selected pipeline or a workflow's start reads standard input.
+func anyReadsStdin(selected []*config.Pipeline, wfs *workflows) bool {
+	for _, p := range selected {
+		if readsStdin(p) {
+			return true
+		}
+	}
+	for _, wf := range wfs.list() {
+		if readsStdin(wf.cfg.Start) {
+			return true
+		}
+	}
+	return false
 }
