@@ -12,10 +12,12 @@ import (
 
 // Workflow defaults (SPEC §16).
 const (
-	DefaultRetention    = 7 * 24 * time.Hour // how long a finished run is kept
-	DefaultMaxItems     = 1000               // a for_each step's most elements
-	OnFailureCompensate = "compensate"
-	OnFailureStop       = "stop"
+	DefaultRetention = 7 * 24 * time.Hour // how long a finished run is kept
+	DefaultMaxItems  = 1000               // a for_each step's most elements
+	// DefaultStartConcurrency is a start block's concurrency: its handler only writes the run.
+	DefaultStartConcurrency = 64
+	OnFailureCompensate     = "compensate"
+	OnFailureStop           = "stop"
 )
 
 // DefaultDeadLetter is a workflow's dead letter when it names none: under the workflow's hash
@@ -56,7 +58,7 @@ var workflowBody = &schema.Body{
 // take (delayed_retry ...), as in a pipeline block.
 var startBody = &schema.Body{
 	Attrs: []schema.Attr{
-		pipelineAttr("concurrency"),
+		pipelineAttr("concurrency").WithDefault(DefaultStartConcurrency).Describe("Start messages handled at once per process. Handling one is one write of the new run, so handlers wait on Redis rather than a CPU; those waiting at once share a round trip."),
 		pipelineAttr("shutdown_timeout"),
 		pipelineAttr("max_held"),
 	},

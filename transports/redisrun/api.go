@@ -23,6 +23,8 @@ type Store struct {
 	// DeadLetter is the workflow's dead letter as configured, for the dead-letter tools
 	// (DeadLetters, Redrive); "" is the default, flowrun:{<workflow>}:dead.
 	DeadLetter string
+
+	creates committer // start handlers' creations, sent together
 }
 
 var _ workflow.Store = (*Store)(nil)
@@ -38,4 +40,8 @@ type StepOptions struct {
 	Batch    int           // entries per read (default 100)
 	Block    time.Duration // how long a read blocks (default 1s)
 	MinIdle  time.Duration // a delivery pending this long in a dead consumer is taken over (default 1m)
+	// Linger is how long a read that found only a few entries (under a quarter of Batch) waits
+	// before the next: the step before settles in small batches, and reading each as it lands
+	// costs a read, a load and a settlement round trip per handful (default 2ms; < 0 none).
+	Linger time.Duration
 }

@@ -24,6 +24,7 @@ const (
 	DefaultStepBatch   = 100
 	DefaultStepBlock   = time.Second
 	DefaultStepMinIdle = time.Minute
+	DefaultStepLinger  = 2 * time.Millisecond
 )
 
 // stepSource is one step's source (Store.StepSource). Receive runs in one goroutine, Settle in
@@ -70,6 +71,9 @@ func (s *Store) StepSource(step string, o StepOptions, log zerolog.Logger) engin
 	if o.Consumer == "" {
 		o.Consumer = "flowrun"
 	}
+	if o.Linger == 0 {
+		o.Linger = DefaultStepLinger
+	}
 	stream := s.k.step(step)
 	return &stepSource{
 		s: s, step: step, stream: stream, o: o,
@@ -114,6 +118,9 @@ func (src *stepSource) Receive(ctx context.Context, feed engine.Feed) error {
 		}
 		if len(ds) > 0 && !feed.Push(ctx, ds) {
 			src.Return(ds) // they stay pending, for the next start or a takeover
+		}
+		if err == nil && len(ds) > 0 && len(ds) < src.o.Batch/4 && src.o.Linger > 0 {
+			redisconn.Sleep(ctx, src.o.Linger)
 		}
 		if err == nil || ctx.Err() != nil {
 			continue
