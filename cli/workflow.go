@@ -184,7 +184,8 @@ func (w *wiring) stepPipeline(ctx context.Context, wf *config.Workflow, g *workf
 		return nil, fmt.Errorf("workflow %s: %w", wf.Name, err)
 	}
 	h := workflow.NewStepHandler(g, s.Name, inner, payloadFunc(s.Payload))
-	src := store.StepSource(s.Name, redisrun.StepOptions{Consumer: consumer}, log)
+	reads := s.RunReads()
+	src := store.StepSource(s.Name, redisrun.StepOptions{Consumer: consumer, SkipInput: !reads.Input, SkipSteps: !reads.Steps}, log)
 	var tracer engine.Tracer
 	if w.tel != nil {
 		tracer = w.tel.Pipeline(name, "redis")

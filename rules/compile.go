@@ -34,6 +34,7 @@ type program struct {
 	prog        *vm.Program
 	usesPayload bool // reads payload: decode the JSON before running
 	usesRaw     bool // reads raw: convert the payload to a string before running
+	runReads    RunReads
 	// konst is the outcome of an expression that is one constant (ack, retry_after('5s')): it
 	// is returned without running the VM or building an environment.
 	konst *engine.Outcome
@@ -177,7 +178,7 @@ func compile(src string, kind exprKind) (program, error) {
 				fmt.Sprintf("expected an outcome (ack, drop, retry or retry_after(d)), got %s", typeName(bad.Type())))
 		}
 	}
-	p := program{src: src, prog: prog, usesPayload: pt.usesPayload, usesRaw: pt.usesRaw, ops: pt.ops}
+	p := program{src: src, prog: prog, usesPayload: pt.usesPayload, usesRaw: pt.usesRaw, runReads: pt.runReads, ops: pt.ops}
 	switch kind {
 	case kindOutcome:
 		p.konst = constantOutcome(prog.Node())
@@ -346,6 +347,7 @@ type patcher struct {
 	src                  []rune
 	ops                  map[int]*opInfo
 	usesPayload, usesRaw bool
+	runReads             RunReads
 	err                  error
 	errLoc               file.Location
 }
@@ -365,8 +367,13 @@ func (p *patcher) Visit(node *ast.Node) {
 			p.usesPayload = true
 		case "raw":
 			p.usesRaw = true
+		case "input":
+			p.runReads.Input = true
+		case "steps":
+			p.runReads.Steps = true
 		case "$env":
 			p.usesPayload, p.usesRaw = true, true
+			p.runReads = RunReads{Input: true, Steps: true}
 		}
 	case *ast.MemberNode:
 		p.record(n)

@@ -44,4 +44,7 @@ type StepOptions struct {
 	// before the next: the step before settles in small batches, and reading each as it lands
 	// costs a read, a load and a settlement round trip per handful (default 2ms; < 0 none).
 	Linger time.Duration
+	// SkipInput and SkipSteps leave the run's input undecoded (engine.Run.Input nil) and its
+	// outputs unread (Run.Steps nil), for a step whose expressions read neither.
+	SkipInput, SkipSteps bool
 }

@@ -51,7 +51,25 @@ func boolField(b bool) string {
 func jsonList(l []string) string     { b, _ := json.Marshal(nonNil(l)); return string(b) }
 func nonNil(l []string) []string     { return append([]string{}, l...) }
 func parseList(s string) []string    { var l []string; _ = json.Unmarshal([]byte(s), &l); return l }
-func eventJSON(e workflow.Event) any { b, _ := json.Marshal(e); return string(b) }
+
+// eventJSON is e as json.Marshal writes it (without its HTML escaping), by hand: a history
+// event is written on every transition.
+func eventJSON(e workflow.Event) any {
+	b := make([]byte, 0, 96+len(e.Step)+len(e.Outcome)+len(e.Error))
+	b = append(b, `{"step":`...)
+	b = codec.AppendJSONString(b, e.Step)
+	b = append(b, `,"visit":`...)
+	b = strconv.AppendInt(b, int64(e.Visit), 10)
+	b = append(b, `,"attempt":`...)
+	b = strconv.AppendInt(b, int64(e.Attempt), 10)
+	b = append(b, `,"outcome":`...)
+	b = codec.AppendJSONString(b, e.Outcome)
+	b = append(b, `,"at":"`...)
+	b = e.At.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","error":`...)
+	b = codec.AppendJSONString(b, e.Error)
+	return string(append(b, '}'))
+}
 
 // transitionFields are the run hash fields a transition sets: everything that moves. As
 // workflow.State.Apply, the visit goes up when a step is entered (so the visit counts the run's

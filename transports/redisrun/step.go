@@ -306,8 +306,8 @@ type loaded struct {
 	steps map[string]any
 }
 
-// deliveries loads the runs of msgs in one round trip (HGETALL of each run's record and
-// outputs) and makes each entry a delivery whose Run is its visit. Entries whose data is gone
+// deliveries loads the runs of msgs in one round trip (HGETALL of each run's record and, unless
+// SkipSteps, its outputs) and makes each entry a delivery whose Run is its visit. Entries whose data is gone
 // (a trimmed stream) are acknowledged.
 func (src *stepSource) deliveries(ctx context.Context, msgs []redis.XMessage) ([]*engine.Delivery, error) {
 	runs := map[string]*loaded{}
@@ -324,7 +324,11 @@ func (src *stepSource) deliveries(ctx context.Context, msgs []redis.XMessage) ([
 		if _, ok := loads[id]; ok || id == "" {
 			continue
 		}
-		loads[id] = load{pipe.HGetAll(ctx, src.s.k.run(id)), pipe.HGetAll(ctx, src.s.k.out(id))}
+		l := load{h: pipe.HGetAll(ctx, src.s.k.run(id))}
+		if !src.o.SkipSteps {
+			l.out = pipe.HGetAll(ctx, src.s.k.out(id))
+		}
+		loads[id] = l
 	}
 	if len(gone) > 0 {
 		pipe.XAck(ctx, src.stream, src.s.g.Name, gone...)
@@ -337,15 +341,20 @@ func (src *stepSource) deliveries(ctx context.Context, msgs []redis.XMessage) ([
 		}
 	}
 	for id, l := range loads {
-		if err := redisconn.FirstErr(l.h.Err(), l.out.Err()); err != nil {
+		var out map[string]string
+		err := l.h.Err()
+		if l.out != nil {
+			err, out = redisconn.FirstErr(err, l.out.Err()), l.out.Val()
+		}
+		if err != nil {
 			src.untrack(ids(msgs))
 			return nil, fmt.Errorf("redisrun: load run %s: %w", id, err)
 		}
-		st, err := decodeState(src.s.g.Name, id, l.h.Val(), l.out.Val())
+		st, err := decodeState(src.s.g.Name, id, l.h.Val(), out)
 		if err != nil {
 			src.log.Warn().Err(err).Msg("run record does not decode; its step messages are acknowledged unrun")
 		}
-		runs[id] = newLoaded(st)
+		runs[id] = newLoaded(st, !src.o.SkipInput)
 	}
 	out := make([]*engine.Delivery, 0, len(msgs))
 	for _, m := range msgs {
@@ -364,13 +373,21 @@ func ids(msgs []redis.XMessage) []string {
 	return out
 }
 
-func newLoaded(st *workflow.State) *loaded {
+// newLoaded is st as its deliveries see it: the input decoded when input, the outputs when
+// they were read.
+func newLoaded(st *workflow.State, input bool) *loaded {
 	if st == nil {
 		return nil
 	}
-	l := &loaded{st: st, input: decodeJSON(st.Input), steps: make(map[string]any, len(st.Steps))}
-	for k, v := range st.Steps {
-		l.steps[k] = decodeJSON(v)
+	l := &loaded{st: st}
+	if input {
+		l.input = decodeJSON(st.Input)
+	}
+	if st.Steps != nil {
+		l.steps = make(map[string]any, len(st.Steps))
+		for k, v := range st.Steps {
+			l.steps[k] = decodeJSON(v)
+		}
 	}
 	return l
 }

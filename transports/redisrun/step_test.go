@@ -370,3 +370,35 @@ func TestSlowHandlerNotTakenOver(t *testing.T) {
 		t.Errorf("pending = %d", n)
 	}
 }
+
+// A step whose expressions read neither input nor steps gets neither, and still moves the run
+// on exactly as one that reads them: the handler's payload is the input's bytes all the same.
+func TestStepSkipsWhatItDoesNotRead(t *testing.T) {
+	e := newEnv(t)
+	e.begin("r1", `{"sku":"a"}`)
+	if ok, err := e.s.Apply(e.ctx, workflow.Transition{Run: "r1", Visit: 1, Status: workflow.Running, Step: "reserve",
+		Enter: "charge", Finished: []string{"reserve"}, HasOutput: true, Output: json.RawMessage(`7`), At: time.Now()}); err != nil || !ok {
+		t.Fatalf("apply: %v %v", ok, err)
+	}
+	src := e.s.StepSource("charge", StepOptions{Consumer: "w", Batch: 10, Block: 50 * time.Millisecond, SkipInput: true, SkipSteps: true},
+		zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	r := &stepRun{Receiver: transporttest.Receive(t, src, 10), src: src,
+		policy: engine.Policy{MaxAttempts: 3, DeadLetter: e.k.dead(), Caps: src.Capabilities()}}
+	d := r.Next(t)
+	if d.Run.Input != nil || d.Run.Steps != nil || d.Run.Visit != 2 {
+		t.Fatalf("run view = %+v: want no input, no steps, visit 2", d.Run)
+	}
+	res := handled(e.s.g, d, func(_ context.Context, d *engine.Delivery) engine.Result {
+		if string(d.Payload) != `{"sku":"a"}` {
+			t.Errorf("payload %s, want the input's bytes", d.Payload)
+		}
+		return engine.Result{Outcome: engine.Ack()}
+	})
+	r.decide(t, d, res.Outcome)
+	if h := e.hgetall(e.k.run("r1")); h["status"] != "completed" || h["finished"] != `["reserve","charge"]` {
+		t.Errorf("run = %v", h)
+	}
+	if o := e.hgetall(e.k.out("r1")); o["reserve"] != "7" {
+		t.Errorf("outputs = %v: the earlier output must stay", o)
+	}
+}
