@@ -132,10 +132,17 @@ func chooses(s *config.Step) bool {
 
 // stepLabel is a step's name with its delay, when it has one.
 func stepLabel(s *config.Step) string {
-	if s.Delay > 0 {
-		return fmt.Sprintf("%s (delay %s)", s.Name, shortDuration(s.Delay))
+	var notes []string
+	if s.ForEach != nil {
+		notes = append(notes, "for each") // a fan-out step: its handler runs once per element
 	}
-	return s.Name
+	if s.Delay > 0 {
+		notes = append(notes, "delay "+shortDuration(s.Delay))
+	}
+	if len(notes) == 0 {
+		return s.Name
+	}
+	return fmt.Sprintf("%s (%s)", s.Name, strings.Join(notes, ", "))
 }
 
 // stepEdges are the ways out of one step: its rules' (a choice step's), its own next or the

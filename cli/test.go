@@ -231,7 +231,7 @@ func testGraph(w *config.Workflow) (*workflow.Graph, error) {
 	defs := make([]workflow.StepDef, 0, len(w.Steps))
 	for _, s := range w.Steps {
 		defs = append(defs, workflow.StepDef{Name: s.Name, Next: s.Next, Compensate: s.Compensate,
-			OnTimeout: s.OnTimeout, Timeout: s.Timeout, Delay: s.Delay})
+			OnTimeout: s.OnTimeout, Timeout: s.Timeout, Delay: s.Delay, ForEach: s.ForEach != nil})
 	}
 	return workflow.NewGraph(w.Name, w.OnFailure, w.Retention, defs)
 }
@@ -277,6 +277,9 @@ func (r *workflowRun) visit(ctx context.Context, e workflow.Entry) error {
 	policy := engine.Policy{MaxAttempts: p.MaxAttempts, DeadLetter: r.w.DeadLetter, Caps: engine.Capabilities{Ack: true, DurableDelay: true}}
 	if policy.DeadLetter == "" {
 		policy.DeadLetter = "dead"
+	}
+	if step.ForEach != nil {
+		return r.visitForEach(ctx, e, step, policy, deadline)
 	}
 	for attempt := 1; ; attempt++ {
 		st, err := r.store.Get(ctx, e.Run)
@@ -389,7 +392,7 @@ func (r *workflowRun) call(ctx context.Context, s *config.Step, d *engine.Delive
 		}
 		return res
 	})
-	res := workflow.NewStepHandler(r.g, s.Name, inner, stepPayload(s)).Handle(ctx, d)
+	res := stepHandler(r.g, s, inner).Handle(ctx, d)
 	return res, failure
 }
 
@@ -404,14 +407,6 @@ func applyMock(m *config.StepMock, d *engine.Delivery, res *engine.Result) {
 		}
 		res.Outcome, res.Err = o, nil
 	}
-}
-
-// stepPayload is the step's payload expression as the step handler takes it; nil: the input.
-func stepPayload(s *config.Step) workflow.PayloadFunc {
-	if s.Payload == nil {
-		return nil
-	}
-	return s.Payload.EvalPayload
 }
 
 // compareRun returns what differs between how the run ended and the test's expect block.

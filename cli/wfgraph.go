@@ -14,7 +14,7 @@ func graphOf(wf *config.Workflow) (*workflow.Graph, error) {
 	for _, s := range wf.Steps {
 		steps = append(steps, workflow.StepDef{
 			Name: s.Name, Next: s.Next, Compensate: s.Compensate, OnTimeout: s.OnTimeout,
-			Timeout: s.Timeout, Delay: s.Delay,
+			Timeout: s.Timeout, Delay: s.Delay, ForEach: s.ForEach != nil,
 		})
 	}
 	return workflow.NewGraph(wf.Name, wf.OnFailure, wf.Retention, steps)
@@ -39,4 +39,13 @@ func payloadFunc(v *rules.Value) workflow.PayloadFunc {
 		return nil
 	}
 	return v.EvalPayload
+}
+
+// stepHandler wraps a step's handler for its step pipeline: workflow.NewForEachHandler for a
+// fan-out step (SPEC §16), else workflow.NewStepHandler.
+func stepHandler(g *workflow.Graph, s *config.Step, inner engine.Handler) engine.Handler {
+	if s.ForEach != nil {
+		return workflow.NewForEachHandler(g, s.Name, inner, payloadFunc(s.Payload), s.ForEach.Eval, s.MaxItems)
+	}
+	return workflow.NewStepHandler(g, s.Name, inner, payloadFunc(s.Payload))
 }

@@ -183,7 +183,7 @@ func (w *wiring) stepPipeline(ctx context.Context, wf *config.Workflow, g *workf
 	if err != nil {
 		return nil, fmt.Errorf("workflow %s: %w", wf.Name, err)
 	}
-	h := workflow.NewStepHandler(g, s.Name, inner, payloadFunc(s.Payload))
+	h := stepHandler(g, s, inner)
 	reads := s.RunReads()
 	src := store.StepSource(s.Name, redisrun.StepOptions{Consumer: consumer, SkipInput: !reads.Input, SkipSteps: !reads.Steps}, log)
 	var tracer engine.Tracer

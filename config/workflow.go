@@ -52,9 +52,11 @@ type Step struct {
 	// Choice: the step has rules and no handler, so its rules may set next, complete, output
 	// and fail (rules.Rule).
 	Choice bool
-	// Wait and ForEach are SPEC §16's waiting and fan-out steps (a later issue); a load
-	// refuses them until the runtime has them.
-	Wait      *WaitSpec
+	// Wait is SPEC §16's waiting step (a later issue); a load refuses it until the runtime
+	// has it.
+	Wait *WaitSpec
+	// ForEach is a fan-out step's list (SPEC §16 "Fan-out", foreach.go), nil for any other
+	// step; MaxItems its most elements (DefaultMaxItems when not written).
 	ForEach   *rules.Value
 	MaxItems  int
 	DeclRange hcl.Range

@@ -82,8 +82,8 @@ var stepBody = &schema.Body{
 		pipelineAttr("shutdown_timeout"),
 		pipelineAttr("max_held"),
 		{Name: "otherwise", Type: "expression", Default: "`\"ack\"`", Doc: "The outcome when no rule's `when` holds, as in a pipeline. Rules only."},
-		{Name: "for_each", Type: "expression", Doc: "Fan-out: the handler runs once per element of this list. " + notYet},
-		schema.Count("max_items").WithDefault(DefaultMaxItems).Describe("The most elements of a `for_each` list. " + notYet),
+		{Name: "for_each", Type: "expression", Default: "none", Doc: "Fan-out: an expression giving a list; the handler runs once per element, `item` and `index` in scope of `payload` (each call its own delivery, its key `WORKFLOW/RUN/STEP/VISIT/INDEX`, at most `concurrency` at once per process). The step finishes when every element has acked, its output the list of the elements' outputs in element order; an element that reaches the dead letter fails the run. A handler only, not rules."},
+		schema.Count("max_items").WithDefault(DefaultMaxItems).Describe("The most elements of a `for_each` list: a longer one fails the run before any element runs, naming the count."),
 	},
 	Blocks: []schema.Block{
 		{Type: "rule", Labels: []string{"name"}, Occurs: "one or more, or a handler", Body: stepRuleBody,

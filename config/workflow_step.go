@@ -69,6 +69,7 @@ func (d *fileDecoder) decodeStepBlock(w *Workflow, block *hcl.Block) (*Step, hcl
 	if a, ok := attrs["payload"]; ok {
 		s.Payload, diags = d.compileValue(a, `"payload"`, diags)
 	}
+	diags = append(diags, d.decodeForEach(s, attrs, len(nb.rules) > 0)...)
 	s.Choice = pl.Rules != nil && pl.Handler == nil
 	if pl.Handler != nil || pl.Flow != nil {
 		pl.CanRetry = true // a Go handler may return anything; a failing key is a retry
@@ -80,8 +81,8 @@ func (d *fileDecoder) decodeStepBlock(w *Workflow, block *hcl.Block) (*Step, hcl
 	return s, diags
 }
 
-// notSupportedYet refuses, at their positions, the waiting and fan-out steps of SPEC §16 that
-// this build does not run: a load must never silently ignore them.
+// notSupportedYet refuses, at their positions, the waiting steps of SPEC §16 that this build
+// does not run: a load must never silently ignore them.
 func notSupportedYet(attrs hcl.Attributes, waits []*hcl.Block) hcl.Diagnostics {
 	var diags hcl.Diagnostics
 	for _, b := range waits {
@@ -91,11 +92,6 @@ func notSupportedYet(attrs hcl.Attributes, waits []*hcl.Block) hcl.Diagnostics {
 			Detail:   `A "wait" step is not supported by this build yet.`,
 			Subject:  b.DefRange.Ptr(),
 		})
-	}
-	for _, n := range []string{"for_each", "max_items"} {
-		if a, ok := attrs[n]; ok {
-			diags = append(diags, notHere(a, fmt.Sprintf("%q (a fan-out step) is not supported by this build yet.", n)))
-		}
 	}
 	return diags
 }

@@ -386,4 +386,7 @@ type Visit struct {
 	// or "drop" (engine.OutcomeAck, engine.OutcomeDrop), "" for any other. The step source's
 	// settlement of an ActAck passes it to Graph.Finish.
 	Label string
+	// Fan is set by a for_each step's handler (NewForEachHandler): which of the step's
+	// messages the delivery is, and what its settlement writes.
+	Fan *Fan
 }

@@ -67,7 +67,11 @@ func (h *stepHandler) Handle(ctx context.Context, d *engine.Delivery) engine.Res
 	for k, val := range d.Headers {
 		headers[k] = val
 	}
-	headers[engine.HeaderIdempotencyKey] = engine.IdempotencyKey(h.g.Name, d.Run.ID, h.step, d.Run.Visit, -1)
+	index := -1
+	if v.Fan != nil && v.Fan.Kind == FanItem {
+		index = v.Fan.Index // a for_each element's key adds its index (SPEC §16)
+	}
+	headers[engine.HeaderIdempotencyKey] = engine.IdempotencyKey(h.g.Name, d.Run.ID, h.step, d.Run.Visit, index)
 	headers[engine.HeaderRunID] = d.Run.ID
 	d.Headers = headers
 	res := h.inner.Handle(ctx, d)

@@ -57,6 +57,7 @@ type StepDef struct {
 	OnTimeout  string // "" : a timeout fails the run
 	Timeout    time.Duration
 	Delay      time.Duration
+	ForEach    bool // a fan-out step (foreach.go): its visit runs the handler once per element
 }
 
 // Event is one entry of a run's history.

@@ -18,12 +18,16 @@ const hygienePages = 10
 
 // hygiene keeps the workflow's keys from growing without end: each step stream is trimmed below
 // what its group has not finished with (every step message is acknowledged once settled), and
-// runs whose record expired leave the runs index.
+// runs whose record expired leave the runs index, and the join hashes of for_each visits that
+// are over are deleted.
 func (s *Store) hygiene(ctx context.Context) error {
 	for _, st := range s.g.Steps {
 		if err := s.trimStep(ctx, s.k.step(st.Name)); err != nil {
 			return err
 		}
+	}
+	if err := s.pruneFans(ctx); err != nil {
+		return err
 	}
 	return s.pruneRuns(ctx)
 }

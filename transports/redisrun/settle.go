@@ -22,7 +22,8 @@ type settleOp struct {
 	cmd  *redis.Cmd
 	keys []string
 	args []any
-	copy bool // copyScript; else applyScript
+	copy bool          // copyScript; else applyScript
+	fan  *redis.Script // a for_each script (foreach.go), whose reply says nothing to read
 	t    workflow.Transition
 }
 
@@ -96,6 +97,9 @@ func (src *stepSource) Settle(ctx context.Context, batch []engine.Settlement) er
 }
 
 func (op *settleOp) script() *redis.Script {
+	if op.fan != nil {
+		return op.fan
+	}
 	if op.copy {
 		return copyScript
 	}
@@ -113,7 +117,7 @@ func (src *stepSource) result(ctx context.Context, op *settleOp, perr error, fai
 		fail(op.idx, "evalsha", op.key, err)
 		return false
 	}
-	if op.copy {
+	if op.copy || op.fan != nil {
 		return true
 	}
 	applied, started, err := result(v)
@@ -139,6 +143,9 @@ func visitOf(d *engine.Delivery) *workflow.Visit {
 func (src *stepSource) plan(ctx context.Context, i int, st *engine.Settlement, v *workflow.Visit, now time.Time) (*settleOp, error) {
 	d := st.Delivery
 	g := src.s.g
+	if op, handled, err := src.planFan(ctx, i, st, v, now); handled {
+		return op, err
+	}
 	op := &settleOp{idx: i, id: d.ID, key: src.s.k.run(d.Run.ID)}
 	switch st.Action {
 	case engine.ActAck:

@@ -129,6 +129,22 @@ workflow "later" {
     handler "http" {
       url = "http://mail.internal/send"
     }
+    next = "fan-rules"
+  }
+
+  step "fan-rules" {
+    for_each = "steps['fan-out']"
+    rule "r" {
+      outcome = "ack"
+    }
+    next = "no-fan"
+  }
+
+  step "no-fan" {
+    max_items = 5
+    handler "http" {
+      url = "http://mail.internal/send"
+    }
   }
 }
 
