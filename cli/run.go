@@ -100,7 +100,7 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	running := rl.current
 	if f.httpAddr != "" {
 		env := func(b string) *transports.Env { return w.env(logger, b) }
-		page := statusPage(running, eng, metrics.sources, env, f.token, logger)
+		page := statusPage(running, wfs, eng, metrics.sources, env, f.token, logger)
 		srv, err := serveHTTP(f.httpAddr, metrics, eng, page, logger)
 		if err != nil {
 			logger.Error().Err(err).Str("addr", f.httpAddr).Msg("cannot serve http")

@@ -13,7 +13,7 @@ import (
 
 // statusPage is the page `--http-addr` serves at / (SPEC §15). pipelines is asked at each
 // request, so a reload that changes them shows without a restart.
-func statusPage(pipelines func() []*config.Pipeline, eng *engine.Engine, samples *sourceGauges, env func(string) *transports.Env, token string, log zerolog.Logger) http.Handler {
+func statusPage(pipelines func() []*config.Pipeline, wfs *workflows, eng *engine.Engine, samples *sourceGauges, env func(string) *transports.Env, token string, log zerolog.Logger) http.Handler {
 	return status.Handler(status.Options{
 		Pipelines:   pipelines,
 		Engine:      eng.Status,
@@ -21,6 +21,7 @@ func statusPage(pipelines func() []*config.Pipeline, eng *engine.Engine, samples
 		Refresh:     samples.refresh,
 		Env:         env,
 		Graph:       func() status.Graph { return buildGraph(pipelines()).export() },
+		Workflows:   wfs.statusPage,
 		AdminToken:  token,
 		SampleEvery: sampleEvery,
 		Logger:      log,
@@ -35,6 +36,19 @@ func (g *graph) export() status.Graph {
 	}
 	for _, e := range g.edges {
 		out.Edges = append(out.Edges, status.Edge{From: e.from, To: e.to, Label: e.label})
+	}
+	return out
+}
+
+// statusPage is the workflows running now, with their runs, as the status page shows them.
+func (ws *workflows) statusPage() []status.Workflow {
+	var out []status.Workflow
+	for _, r := range ws.list() {
+		w := status.Workflow{Name: r.cfg.Name, Runs: r.store}
+		for _, s := range r.cfg.Steps {
+			w.Steps = append(w.Steps, s.Name)
+		}
+		out = append(out, w)
 	}
 	return out
 }

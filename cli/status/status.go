@@ -46,6 +46,8 @@ type Options struct {
 	Env func(redisBlock string) *transports.Env
 	// Graph is the topology of `flowrun graph`.
 	Graph func() Graph
+	// Workflows are the workflows this process runs, with their runs (runs.go); nil: none.
+	Workflows func() []Workflow
 	// AdminToken enables redrive and purge; "" makes the page read-only.
 	AdminToken string
 	// SampleEvery is how often Stats is refreshed, shown on the page.
@@ -54,8 +56,10 @@ type Options struct {
 }
 
 type server struct {
-	o     Options
-	slots filterSlots // the filters running (budget.go)
+	o      Options
+	slots  filterSlots // the filters running (budget.go)
+	counts runCounts   // the runs per status, counted at most so often (runs.go)
+	scans  scanSlots   // the lists of runs being read (runs.go)
 }
 
 // Handler serves the page at / and the API under /api/. Other paths are not found.
@@ -70,6 +74,7 @@ func Handler(o Options) http.Handler {
 	mux.HandleFunc("GET /api/pipelines/{name}/dead-letters", s.deadLetters)
 	mux.HandleFunc("POST /api/pipelines/{name}/dead-letters/redrive", s.admin(s.redrive))
 	mux.HandleFunc("POST /api/pipelines/{name}/dead-letters/purge", s.admin(s.purge))
+	s.runRoutes(mux)
 	return Secure(mux)
 }
 
@@ -223,12 +228,17 @@ func (s *server) pipeline(name string) *config.Pipeline {
 	return nil
 }
 
-// admin guards an action: refused when the process has no admin token, without the CSRF check,
-// or without the token.
+// admin guards a dead-letter action (guard).
 func (s *server) admin(next http.HandlerFunc) http.HandlerFunc {
+	return s.guard("dead letters cannot be redriven or purged here", next)
+}
+
+// guard guards every action: refused when the process has no admin token (saying that what
+// cannot be done here), from another origin, without the CSRF check, or without the token.
+func (s *server) guard(readOnly string, next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.o.AdminToken == "" {
-			writeError(w, http.StatusForbidden, "read-only: flowrun runs without --admin-token, so dead letters cannot be redriven or purged here")
+			writeError(w, http.StatusForbidden, "read-only: flowrun runs without --admin-token, so "+readOnly)
 			return
 		}
 		if !sameOrigin(r) {
