@@ -95,6 +95,9 @@ func buildGraph(pipelines []*config.Pipeline, workflows ...*config.Workflow) *gr
 		if k, ok := sourceKey(w.Start); ok {
 			keySet[k] = true
 		}
+		for _, k := range waitKeys(w) {
+			keySet[k] = true
+		}
 	}
 	keys := make([]graphKey, 0, len(keySet))
 	for k := range keySet {

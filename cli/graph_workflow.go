@@ -53,6 +53,9 @@ func (g *graph) drawWorkflow(w *config.Workflow) *workflowGraph {
 		if chooses(s) {
 			n.shape = shapeChoice
 		}
+		if s.Wait != nil {
+			n.label = "wait " + n.label
+		}
 		wg.nodes = append(wg.nodes, n)
 	}
 	var ends []string // "completed", "failed", in the order first needed
@@ -67,6 +70,7 @@ func (g *graph) drawWorkflow(w *config.Workflow) *workflowGraph {
 	if len(w.Steps) > 0 {
 		wg.edges = append(wg.edges, graphEdge{from: start, to: sid[w.Steps[0].Name]})
 	}
+	wg.edges = append(wg.edges, g.waitEdges(w, sid)...)
 	undo := compensationsOnly(w)
 	for _, s := range w.Steps {
 		wg.edges = append(wg.edges, stepEdges(s, sid, end, undo[s.Name])...)

@@ -231,7 +231,8 @@ func testGraph(w *config.Workflow) (*workflow.Graph, error) {
 	defs := make([]workflow.StepDef, 0, len(w.Steps))
 	for _, s := range w.Steps {
 		defs = append(defs, workflow.StepDef{Name: s.Name, Next: s.Next, Compensate: s.Compensate,
-			OnTimeout: s.OnTimeout, Timeout: s.Timeout, Delay: s.Delay, ForEach: s.ForEach != nil})
+			OnTimeout: s.OnTimeout, Timeout: s.Timeout, Delay: s.Delay, ForEach: s.ForEach != nil,
+			Wait: s.Wait != nil, KeepFor: s.KeepFor()})
 	}
 	return workflow.NewGraph(w.Name, w.OnFailure, w.Retention, defs)
 }
@@ -294,6 +295,9 @@ func (r *workflowRun) visit(ctx context.Context, e workflow.Entry) error {
 		}
 		if r.total++; r.total > maxTestCalls {
 			return fmt.Errorf("the run did not end within %d handler calls (at step %q)", maxTestCalls, e.Step)
+		}
+		if step.Wait != nil {
+			return r.waitVisit(ctx, st, e, deadline)
 		}
 		d := r.delivery(st, e, attempt)
 		res, err := r.call(ctx, step, d)

@@ -14,7 +14,7 @@ func graphOf(wf *config.Workflow) (*workflow.Graph, error) {
 	for _, s := range wf.Steps {
 		steps = append(steps, workflow.StepDef{
 			Name: s.Name, Next: s.Next, Compensate: s.Compensate, OnTimeout: s.OnTimeout,
-			Timeout: s.Timeout, Delay: s.Delay, ForEach: s.ForEach != nil,
+			Timeout: s.Timeout, Delay: s.Delay, ForEach: s.ForEach != nil, Wait: s.Wait != nil, KeepFor: s.KeepFor(),
 		})
 	}
 	return workflow.NewGraph(wf.Name, wf.OnFailure, wf.Retention, steps)

@@ -151,6 +151,9 @@ func (cfg *Config) finishWorkflowFingerprint(w *Workflow) {
 		used[src.Redis] = true
 	}
 	for _, s := range w.Steps {
+		if s.Wait != nil && s.Wait.Source != nil && s.Wait.Source.Redis != "" {
+			used[s.Wait.Source.Redis] = true
+		}
 		if s.Pipeline.Rules == nil {
 			continue
 		}

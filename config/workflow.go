@@ -52,8 +52,8 @@ type Step struct {
 	// Choice: the step has rules and no handler, so its rules may set next, complete, output
 	// and fail (rules.Rule).
 	Choice bool
-	// Wait is SPEC §16's waiting step (a later issue); a load refuses it until the runtime
-	// has it.
+	// Wait is a wait step's wait block (SPEC §16 "Waiting", workflow_wait.go), nil for any
+	// other step.
 	Wait *WaitSpec
 	// ForEach is a fan-out step's list (SPEC §16 "Fan-out", foreach.go), nil for any other
 	// step; MaxItems its most elements (DefaultMaxItems when not written).
@@ -64,10 +64,14 @@ type Step struct {
 	refs []stepRef // the step names written in it, for the checks of the workflow's graph
 }
 
-// WaitSpec is a step's `wait {}` block.
+// WaitSpec is a step's `wait {}` block (SPEC §16 "Waiting").
 type WaitSpec struct {
 	Source    *Source
-	Correlate *rules.Value
+	Correlate *rules.Value // on each event: the id of the run it belongs to
+	// Pipeline reads the events: named "<workflow>.<step>" (WaitPipelineName, its consumer
+	// group's default), Source the wait's source; Rules and Handler are nil (the runtime
+	// matches each event to its run).
+	Pipeline  *Pipeline
 	DeclRange hcl.Range
 }
 

@@ -41,6 +41,7 @@ func checkWorkflowGraph(w *Workflow) hcl.Diagnostics {
 	if !valid || len(w.Steps) == 0 {
 		return diags // reachability over a broken graph would only add noise
 	}
+	diags = append(diags, checkWaitCompensations(w)...)
 	reached := w.Reachable()
 	for _, s := range w.Steps {
 		if !reached[s.Name] {
@@ -141,6 +142,11 @@ func (w *Workflow) Pipelines() []*Pipeline {
 	for _, s := range w.Steps {
 		out = append(out, s.Pipeline)
 	}
+	for _, s := range w.Steps {
+		if s.Wait != nil && s.Wait.Pipeline != nil {
+			out = append(out, s.Wait.Pipeline)
+		}
+	}
 	return out
 }
 
@@ -183,6 +189,7 @@ func (r redisResolver) resolveWorkflow(w *Workflow) hcl.Diagnostics {
 			src.Redis = n
 		}
 	}
+	diags = append(diags, r.resolveWaits(w, name)...)
 	for _, s := range w.Steps {
 		pl := s.Pipeline
 		for _, ref := range pl.emitRefs {

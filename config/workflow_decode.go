@@ -90,7 +90,7 @@ var stepBody = &schema.Body{
 			Doc: "A rule, as a pipeline's; a step of rules alone chooses the way on with `next`, `complete`, `output` and `fail`."},
 		{Type: "handler", Labels: []string{"name"}, Occurs: "one, or rules",
 			Doc: "A handler, as a pipeline's [`handler`](#pipeline-handler) block; what it produces is the step's output. It gets the header `x-idempotency-key` (`WORKFLOW/RUN/STEP/VISIT`), the same across the retries of one visit."},
-		{Type: "wait", Occurs: "optional", Body: waitBody, Doc: "Park the run until a matching event arrives. " + notYet},
+		{Type: "wait", Occurs: "optional, instead of rules or a handler", Body: waitBody, Doc: "Park the run until a matching event arrives on the wait's source: the event's payload is the step's output. An event that arrives before its run reaches the step is kept for the run, up to the step's `timeout` (default 24h)."},
 		{Type: "concurrency_key", Occurs: "optional", Body: concurrencyKeyBody, Doc: "As a pipeline's [`concurrency_key`](#pipeline-concurrency_key)."},
 		{Type: "throttle", Occurs: "optional", Body: throttleBody, Doc: "As a pipeline's [`throttle`](#pipeline-throttle)."},
 		{Type: "dedupe", Occurs: "optional", Body: dedupeBody, Doc: "As a pipeline's [`dedupe`](#pipeline-dedupe)."},
@@ -99,10 +99,10 @@ var stepBody = &schema.Body{
 
 var waitBody = &schema.Body{
 	Attrs: []schema.Attr{
-		{Name: "correlate", Type: "expression", Doc: "On each event: the id of the run it belongs to."},
+		{Name: "correlate", Type: "expression", Required: true, Doc: "An expression over each event (`payload`, `headers`, ...): the id of the run it belongs to (`\"payload.order_id\"`)."},
 	},
 	Blocks: []schema.Block{
-		{Type: "source", Labels: []string{"kind"}, Occurs: "one", Doc: "Where the events come from."},
+		{Type: "source", Labels: []string{"kind"}, Occurs: "one", Doc: "Where the events come from: any source kind with its attributes, as a pipeline's [`source`](#pipeline-source) block; its consumer group defaults to `WORKFLOW.STEP`, the name of the pipeline that reads it."},
 	},
 }
 

@@ -74,7 +74,8 @@ func (d *fileDecoder) decodeStepBlock(w *Workflow, block *hcl.Block) (*Step, hcl
 	if pl.Handler != nil || pl.Flow != nil {
 		pl.CanRetry = true // a Go handler may return anything; a failing key is a retry
 	}
-	diags = append(diags, notSupportedYet(attrs, waits)...)
+	diags = append(diags, d.decodeWaits(w, s, waits, nb, attrs)...)
+	diags = append(diags, notSupportedYet(attrs, nil)...)
 	if !diags.HasErrors() {
 		diags = append(diags, lintPipeline(pl)...)
 	}

@@ -65,10 +65,16 @@ var (
 type workflowTestSrc struct {
 	workflowRange hcl.Range
 	mocks         []pendingMock
-	events        []*hcl.Block
+	events        []pendingEvent
 	pathRange     hcl.Range
 	outputRange   hcl.Range
 	ctx           *hcl.EvalContext
+}
+
+// pendingEvent is an event block, its payload decoded (a string as its bytes).
+type pendingEvent struct {
+	block   *hcl.Block
+	payload []byte
 }
 
 // pendingMock is a step mock whose handler attributes the step's handler decodes.
@@ -92,7 +98,7 @@ func namesWorkflow(block *hcl.Block) bool {
 // decodeWorkflowTest decodes a test block that names a workflow. Its steps are resolved in the
 // merge pass (resolveWorkflowTest).
 func (d *fileDecoder) decodeWorkflowTest(block *hcl.Block) (*Test, hcl.Diagnostics) {
-	run := &WorkflowTest{Mocks: map[string][]*StepMock{}}
+	run := &WorkflowTest{Mocks: map[string][]*StepMock{}, Events: map[string][]json.RawMessage{}}
 	src := &workflowTestSrc{ctx: d.ctx}
 	t := &Test{Name: block.Labels[0], DeclRange: block.DefRange, Run: run, wf: src}
 	content, diags := block.Body.Content(workflowTestSchema)
@@ -111,7 +117,9 @@ func (d *fileDecoder) decodeWorkflowTest(block *hcl.Block) (*Test, hcl.Diagnosti
 			diags = append(diags, ds...)
 			src.mocks = append(src.mocks, m)
 		case "event":
-			src.events = append(src.events, b)
+			p, ds := d.payloadAttr(b)
+			diags = append(diags, ds...)
+			src.events = append(src.events, pendingEvent{block: b, payload: p})
 		default:
 			expects = append(expects, b)
 		}
@@ -319,12 +327,14 @@ func resolveWorkflowTest(t *Test, workflows []*Workflow) hcl.Diagnostics {
 		diags = append(diags, resolveStepMock(w, s, pm, src.ctx)...)
 		t.Run.Mocks[s.Name] = append(t.Run.Mocks[s.Name], pm.mock)
 	}
-	for _, b := range src.events {
+	for _, ev := range src.events {
+		b := ev.block
 		s := w.Step(b.Labels[0])
 		if s == nil {
 			unknown(b.Labels[0], "event", labelRange(b))
 			continue
 		}
+		t.Run.Events[s.Name] = append(t.Run.Events[s.Name], json.RawMessage(ev.payload))
 		if s.Wait == nil {
 			diags = append(diags, &hcl.Diagnostic{
 				Severity: hcl.DiagError,

@@ -302,6 +302,7 @@ func (g *Graph) TimedOut(st *State, now time.Time) Transition {
 	t := base(st, now)
 	t.History = append(t.History, Event{Step: st.Step, Visit: st.Visit, Outcome: EventTimeout, At: now})
 	if s := g.Step(st.Step); s != nil && s.OnTimeout != "" && st.Status != Compensating {
+		t.Status = Running // a waiting run runs on
 		g.enter(&t, s.OnTimeout, now)
 		return t
 	}
@@ -389,4 +390,7 @@ type Visit struct {
 	// Fan is set by a for_each step's handler (NewForEachHandler): which of the step's
 	// messages the delivery is, and what its settlement writes.
 	Fan *Fan
+	// Parked is set by a wait step's handler when the visit parked the run (or handed its kept
+	// event on): the step source's settlement only acknowledges the delivery.
+	Parked bool
 }

@@ -58,6 +58,10 @@ type StepDef struct {
 	Timeout    time.Duration
 	Delay      time.Duration
 	ForEach    bool // a fan-out step (foreach.go): its visit runs the handler once per element
+	// Wait: a wait step (SPEC §16 "Waiting"), finished by its event (Graph.Arrive); KeepFor is
+	// how long an event that came before its run is kept for it.
+	Wait    bool
+	KeepFor time.Duration
 }
 
 // Event is one entry of a run's history.
