@@ -86,6 +86,7 @@ func cmdRun(ctx context.Context, args []string, stdio Stdio) int {
 	eng := engine.New(engine.Options{Sinks: w.sink, Metrics: metrics, Progress: f.progress,
 		DeadLettered: metrics.sources.deadLettered}, pipelines...)
 	metrics.readEngine(eng)
+	wfs.eng.Store(eng)
 	rl := &reloader{paths: paths, opts: opts, names: f.pipelines, eng: eng, w: w, wfs: wfs, metrics: metrics,
 		log: logger, selected: selected, stdinRead: anyReadsStdin(selected, wfs)}
 	bg, stopBg := context.WithCancel(ctx)

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,6 +52,7 @@ type workflows struct {
 	mu      sync.Mutex
 	running map[string]*liveWorkflow
 	timers  sync.WaitGroup
+	eng     atomic.Pointer[engine.Engine] // set once the engine exists: what counts a wait's rejected events
 }
 
 func newWorkflows(w *wiring, m *promMetrics, consumer string, log zerolog.Logger) *workflows {
@@ -74,6 +76,7 @@ func (ws *workflows) build(ctx context.Context, selected []*config.Workflow) ([]
 		if err != nil {
 			return nil, err
 		}
+		r.store.OnRejected = ws.countRejected(wf.Name)
 		ws.mu.Lock()
 		ws.running[wf.Name] = r
 		ws.mu.Unlock()
@@ -158,6 +161,14 @@ func (w *wiring) workflow(ctx context.Context, wf *config.Workflow, consumer str
 	}
 	r.pipelines = append(r.pipelines, start)
 	for _, s := range wf.Steps {
+		if s.Wait != nil {
+			ps, err := w.waitPipelines(ctx, wf, r.store, s, consumer)
+			if err != nil {
+				return nil, err
+			}
+			r.pipelines = append(r.pipelines, ps...)
+			continue
+		}
 		p, err := w.stepPipeline(ctx, wf, g, r.store, s, consumer)
 		if err != nil {
 			return nil, err
@@ -374,6 +385,7 @@ func (ws *workflows) startOne(ctx context.Context, eng *engine.Engine, wf *confi
 	if err != nil {
 		return err
 	}
+	r.store.OnRejected = ws.countRejected(wf.Name)
 	for i, p := range r.pipelines {
 		if err := eng.Start(p); err != nil {
 			for _, q := range r.pipelines[i:] {

@@ -20,6 +20,9 @@ type Store struct {
 	// OnDone, when set, is called once for each run this process ended (metrics): the run's
 	// final status and how long it ran, from its start to this end.
 	OnDone func(st workflow.Status, took time.Duration)
+	// OnRejected, when set, is called once for each kept event of a wait step that expired
+	// without its run (counted rejected on the wait's pipeline).
+	OnRejected func(step string)
 	// DeadLetter is the workflow's dead letter as configured, for the dead-letter tools
 	// (DeadLetters, Redrive); "" is the default, flowrun:{<workflow>}:dead.
 	DeadLetter string

@@ -57,7 +57,7 @@ func (src *stepSource) Settle(ctx context.Context, batch []engine.Settlement) er
 		switch {
 		case st.Delivery == nil:
 			fail(i, "settle", src.stream, fmt.Errorf("settlement without a delivery: %w", engine.ErrPermanent))
-		case v == nil || v.Stale || v.State == nil:
+		case v == nil || v.Stale || v.Parked || v.State == nil:
 			acks, ackIdx = append(acks, st.Delivery.ID), append(ackIdx, i)
 		default:
 			op, err := src.plan(ctx, i, st, v, now)

@@ -69,7 +69,21 @@ func (s *Store) tick(ctx context.Context, log zerolog.Logger) error {
 			return err
 		}
 		if n < timerBatch {
-			return nil
+			break
+		}
+	}
+	return s.expireAllKept(ctx, log)
+}
+
+// expireAllKept drops every kept event whose time is up, when the workflow has wait steps.
+func (s *Store) expireAllKept(ctx context.Context, log zerolog.Logger) error {
+	if !s.hasWaits() {
+		return nil
+	}
+	for {
+		n, err := s.expireKept(ctx, log)
+		if err != nil || n < timerBatch {
+			return err
 		}
 	}
 }
