@@ -75,26 +75,10 @@ func (d *fileDecoder) decodeStepBlock(w *Workflow, block *hcl.Block) (*Step, hcl
 		pl.CanRetry = true // a Go handler may return anything; a failing key is a retry
 	}
 	diags = append(diags, d.decodeWaits(w, s, waits, nb, attrs)...)
-	diags = append(diags, notSupportedYet(attrs, nil)...)
 	if !diags.HasErrors() {
 		diags = append(diags, lintPipeline(pl)...)
 	}
 	return s, diags
-}
-
-// notSupportedYet refuses, at their positions, the waiting steps of SPEC §16 that this build
-// does not run: a load must never silently ignore them.
-func notSupportedYet(attrs hcl.Attributes, waits []*hcl.Block) hcl.Diagnostics {
-	var diags hcl.Diagnostics
-	for _, b := range waits {
-		diags = append(diags, &hcl.Diagnostic{
-			Severity: hcl.DiagError,
-			Summary:  "Unsupported block type",
-			Detail:   `A "wait" step is not supported by this build yet.`,
-			Subject:  b.DefRange.Ptr(),
-		})
-	}
-	return diags
 }
 
 // misplacedInStep reports, in a step, what belongs to the workflow block or its start block.

@@ -48,6 +48,9 @@ func (d *fileDecoder) decodeWaits(w *Workflow, s *Step, waits []*hcl.Block, nb p
 			Subject:  b.DefRange.Ptr(),
 		})
 	}
+	if a, ok := attrs["for_each"]; ok {
+		diags = append(diags, notHere(a, `A wait step waits for one event per visit: "for_each" belongs to a step with a handler.`))
+	}
 	for _, n := range []string{"payload", "otherwise"} {
 		if a, ok := attrs[n]; ok {
 			diags = append(diags, notHere(a, fmt.Sprintf("%q belongs to a step with a handler or rules; a wait step's output is its event's payload.", n)))
