@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/flowrun/flowrun/codec"
@@ -48,9 +49,44 @@ func boolField(b bool) string {
 	}
 	return "0"
 }
-func jsonList(l []string) string     { b, _ := json.Marshal(nonNil(l)); return string(b) }
-func nonNil(l []string) []string     { return append([]string{}, l...) }
-func parseList(s string) []string    { var l []string; _ = json.Unmarshal([]byte(s), &l); return l }
+
+// jsonList is l as a JSON array of strings ([] for none); written on most transitions.
+func jsonList(l []string) string {
+	b := make([]byte, 0, 2+8*len(l))
+	b = append(b, '[')
+	for i, s := range l {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = codec.AppendJSONString(b, s)
+	}
+	return string(append(b, ']'))
+}
+
+// parseList reads a JSON array of strings; read on every step visit, so a list whose strings
+// hold no escape is split by hand.
+func parseList(s string) []string {
+	if len(s) < 2 || s[0] != '[' || s[len(s)-1] != ']' || strings.IndexByte(s, '\\') >= 0 {
+		var l []string
+		_ = json.Unmarshal([]byte(s), &l)
+		return l
+	}
+	body := s[1 : len(s)-1]
+	if body == "" {
+		return nil
+	}
+	parts := strings.Split(body, ",")
+	l := make([]string, 0, len(parts))
+	for _, p := range parts {
+		if len(p) < 2 || p[0] != '"' || p[len(p)-1] != '"' || strings.IndexByte(p[1:len(p)-1], '"') >= 0 {
+			var l []string // a comma inside a name, spaces: the slow way
+			_ = json.Unmarshal([]byte(s), &l)
+			return l
+		}
+		l = append(l, p[1:len(p)-1])
+	}
+	return l
+}
 
 // eventJSON is e as json.Marshal writes it (without its HTML escaping), by hand: a history
 // event is written on every transition.
@@ -108,28 +144,31 @@ func visitAfter(t workflow.Transition) int {
 	return t.Visit
 }
 
-// stateFields are a new run's hash fields.
+// stateFields are a new run's hash fields. Those that are empty (no error, no finished step, not
+// compensated ...) are left out: decodeState reads a missing field as empty, and a run waiting
+// in Redis costs only what it holds.
 func stateFields(st *workflow.State) []any {
 	input := string(st.Input)
 	if input == "" {
 		input = "null"
 	}
-	return []any{
-		fStatus, string(st.Status),
-		fStep, st.Step,
-		fVisit, itoa(st.Visit),
-		fInput, input,
-		fError, st.Error,
-		fFinished, jsonList(st.Finished),
-		fPending, jsonList(st.Pending),
-		fEnding, string(st.Ending),
-		fFailedStep, st.FailedStep,
-		fCompensated, boolField(st.Compensated),
-		fFingerprint, st.Fingerprint,
-		fTrace, st.TraceParent,
-		fStartedAt, msOf(st.StartedAt),
-		fUpdatedAt, msOf(st.UpdatedAt),
+	f := make([]any, 0, 28)
+	f = append(f, fStatus, string(st.Status), fStep, st.Step, fVisit, itoa(st.Visit), fInput, input,
+		fStartedAt, msOf(st.StartedAt), fUpdatedAt, msOf(st.UpdatedAt))
+	opt := func(name, v string, empty bool) {
+		if !empty {
+			f = append(f, name, v)
+		}
 	}
+	opt(fError, st.Error, st.Error == "")
+	opt(fFinished, jsonList(st.Finished), len(st.Finished) == 0)
+	opt(fPending, jsonList(st.Pending), len(st.Pending) == 0)
+	opt(fEnding, string(st.Ending), st.Ending == "")
+	opt(fFailedStep, st.FailedStep, st.FailedStep == "")
+	opt(fCompensated, "1", !st.Compensated)
+	opt(fFingerprint, st.Fingerprint, st.Fingerprint == "")
+	opt(fTrace, st.TraceParent, st.TraceParent == "")
+	return f
 }
 
 // decodeState reads a run hash (and its outputs, nil when not loaded); nil when the hash is empty.

@@ -28,3 +28,29 @@ func TestEventJSONIsJSON(t *testing.T) {
 		}
 	}
 }
+
+// The hand-split list reads as encoding/json reads it, escapes and commas in names included.
+func TestListsRoundTrip(t *testing.T) {
+	for _, l := range [][]string{nil, {"a"}, {"reserve", "charge"}, {"a,b", `q"x`, `back\slash`, "é", ""}} {
+		s := jsonList(l)
+		var want []string
+		if err := json.Unmarshal([]byte(s), &want); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		got := parseList(s)
+		if len(got) != len(want) {
+			t.Fatalf("%s: %q, want %q", s, got, want)
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Errorf("%s: %q, want %q", s, got, want)
+			}
+		}
+	}
+	if got := parseList(`[ "a" , "b" ]`); len(got) != 2 || got[0] != "a" || got[1] != "b" {
+		t.Errorf("spaced list: %q", got)
+	}
+	if got := parseList(""); got != nil {
+		t.Errorf("empty field: %q", got)
+	}
+}

@@ -16,10 +16,16 @@ func TestCreateWritesRunAndFirstStep(t *testing.T) {
 
 	h := e.hgetall(e.k.run("r1"))
 	want := map[string]string{"status": "running", "step": "reserve", "visit": "1", "input": `{"sku":"a"}`,
-		"fingerprint": "fp1", "started_at": "1700000000000", "finished": "[]", "compensated": "0"}
+		"fingerprint": "fp1", "started_at": "1700000000000"}
 	for k, v := range want {
 		if h[k] != v {
 			t.Errorf("run %s = %q, want %q", k, h[k], v)
+		}
+	}
+	// What is empty is not written: a run waiting in Redis costs only what it holds.
+	for _, k := range []string{"error", "finished", "pending", "ending", "failed_step", "compensated", "trace"} {
+		if v, ok := h[k]; ok {
+			t.Errorf("run %s = %q written; an empty field is left out", k, v)
 		}
 	}
 	xs := e.xrange(e.k.step("reserve"))
