@@ -41,9 +41,9 @@ workflow "checkout" {
       }
       correlate = "payload.order_id" # the run the event belongs to
     }
-    timeout    = "30m"    # also how long an early event is kept for its run
+    timeout    = "30m" # also how long an early event is kept for its run
     on_timeout = "expire"
-    next       = "ship"   # the event's payload is the step's output
+    next       = "ship" # the event's payload is the step's output
   }
 
   step "ship" {
