@@ -106,6 +106,12 @@ func cmdInspect(ctx context.Context, args []string, stdio Stdio) int {
 			code = ExitRuntime
 		}
 		rows = append(rows, start)
+		waits, err := inspectWaits(ctx, conns, wf)
+		if err != nil {
+			fmt.Fprintf(stdio.Err, "flowrun inspect: workflow %q: %v\n", wf.Name, err)
+			code = ExitRuntime
+		}
+		rows = append(rows, waits...)
 		wrows = append(wrows, row)
 	}
 	if asJSON {
@@ -146,6 +152,9 @@ func inspectBlocks(ps []*config.Pipeline, wfs []*config.Workflow) []string {
 	for _, wf := range wfs {
 		add(wf.Redis)
 		add(wf.Start.Source.Redis)
+		for _, b := range waitBlocks(wf) {
+			add(b)
+		}
 	}
 	return out
 }
