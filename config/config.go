@@ -139,7 +139,7 @@ type Source struct {
 
 // readsRedis reports whether the source's block takes "redis": its kind's Config is a
 // transports.RedisBlockReader that reads one. After a load without errors, Redis is set exactly
-// when it does.
+// when it does, but for a transports.RedisOptional source where no redis block is declared.
 func (s *Source) readsRedis() bool { return s.kind.ReadsRedisBlock() }
 
 // NaturalKey is the key messages of this source usually carry, as its kind says

@@ -406,7 +406,14 @@ func (r redisResolver) resolvePipeline(pl *Pipeline) hcl.Diagnostics {
 	if src == nil {
 		return nil
 	}
-	if src.readsRedis() {
+	// A source that runs without Redis where none is declared (transports.RedisOptional)
+	// gives its emits no default block.
+	ro, optional := src.Config.(transports.RedisOptional)
+	withoutRedis := optional && src.Redis == "" && len(r.names) == 0
+	switch {
+	case withoutRedis:
+		diags = append(diags, ro.WithoutRedis()...)
+	case src.readsRedis():
 		name, ds := r.resolve(src.Redis, src.redisRange, src.DeclRange, fmt.Sprintf("A %s source", src.Kind))
 		diags = append(diags, ds...)
 		src.Redis = name
@@ -414,7 +421,7 @@ func (r redisResolver) resolvePipeline(pl *Pipeline) hcl.Diagnostics {
 	for _, ref := range pl.emitRefs {
 		target := &pl.Rules.Rules[ref.rule].Emits[ref.emit].Target
 		switch {
-		case ref.name == "" && src.readsRedis():
+		case ref.name == "" && src.readsRedis() && !withoutRedis:
 			// The source's own redis block; if that did not resolve, it is reported already.
 			target.Redis = src.Redis
 		default:

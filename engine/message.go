@@ -23,6 +23,8 @@ const (
 	HeaderIdempotencyKey = "x-idempotency-key"
 	// HeaderRunID names a workflow run on its dead letters (SPEC §16).
 	HeaderRunID = "x-run-id"
+	// HeaderScheduledAt is the tick a schedule source's message is for (SPEC §17).
+	HeaderScheduledAt = "x-scheduled-at"
 )
 
 // Message is what flows through a pipeline (SPEC §3).

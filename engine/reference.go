@@ -50,4 +50,5 @@ var Headers = []HeaderDoc{
 	{HeaderFailedAt, "dead letters", "When it was dead-lettered, RFC 3339."},
 	{HeaderIdempotencyKey, "workflow step visits", "`<workflow>/<run>/<step>/<visit>` (a `for_each` element's adds `/<index>`): the same across the retries of one visit, so a handler that runs twice can tell; `http` sends it as `Idempotency-Key`."},
 	{HeaderRunID, "workflow dead letters, step visits", "The id of the run the message belongs to."},
+	{HeaderScheduledAt, "`schedule` messages", "The tick the message is for, RFC 3339 in UTC (the payload's `scheduled_at`); a retry copy keeps it."},
 }

@@ -42,6 +42,14 @@ type RedisBlockReader interface {
 	ReadsRedisBlock() bool
 }
 
+// RedisOptional is implemented by a RedisBlockReader that also runs without Redis (the
+// schedule source, within the process). Where no redis block is declared at all, config leaves
+// the source's redis block "" rather than reporting it missing, and reports what WithoutRedis
+// returns: what the source cannot do without Redis (keep dead letters).
+type RedisOptional interface {
+	WithoutRedis() hcl.Diagnostics
+}
+
 // FlowStoreProvider is implemented by a Config whose source can keep a pipeline's flow-control
 // state (SPEC §13) where every process running the pipeline shares it: `flowrun run` asks it for
 // the store of a pipeline with flow control. A source without it keeps the state in the process.
@@ -100,7 +108,8 @@ type Stats struct {
 	DelayKey          string // a durable delay queue
 	Delayed           *int64
 	NextDue           *time.Time
-	DeadLetter        string // the dead-letter key
+	NextTick          *time.Time // a schedule source's next tick
+	DeadLetter        string     // the dead-letter key
 	DeadLetters       *int64
 }
 
