@@ -28,13 +28,16 @@ type Store struct {
 	DeadLetter string
 
 	creates committer // start handlers' creations, sent together
+	fixed   fixedArgs // applyScript's keys and arguments that never change
 }
 
 var _ workflow.Store = (*Store)(nil)
 
 // NewStore returns the store of g's runs in c; c is the caller's and is never closed here.
 func NewStore(c redis.UniversalClient, g *workflow.Graph) *Store {
-	return &Store{c: c, g: g, k: newKeys(g.Name)}
+	s := &Store{c: c, g: g, k: newKeys(g.Name)}
+	s.initFixed()
+	return s
 }
 
 // StepOptions configure a step's source.

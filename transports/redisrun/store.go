@@ -52,25 +52,50 @@ func (s *Store) retention() time.Duration {
 	return DefaultRetention
 }
 
+// Arguments of applyScript that are the same on every call, boxed once: call runs on every
+// transition and boxing a string allocates.
+var (
+	argA, argC, argR       any = "a", "c", "r"
+	argEmpty, argZero      any = "", "0"
+	argTrue, argFalse      any = "1", "0"
+	argNull                any = "null"
+	argMsgRun, argMsgVisit any = msgRun, msgVisit
+)
+
+func boolArg(b bool) any {
+	if b {
+		return argTrue
+	}
+	return argFalse
+}
+
+// strArg boxes s, without an allocation when it is empty.
+func strArg(s string) any {
+	if s == "" {
+		return argEmpty
+	}
+	return s
+}
+
 // call lays op out for applyScript (see there).
 func (s *Store) call(op applyOp) (keys []string, args []any) {
 	t := op.t
 	run := s.k.run(t.Run)
-	keys = []string{run, s.k.out(t.Run), s.k.hist(t.Run), s.k.runs(), s.k.active(), s.k.timeouts(), s.k.delayed(), run, run, run}
-	mode, started, oldTimer := "a", "0", timerMember(t.Run, t.Visit)
+	keys = []string{run, s.k.out(t.Run), s.k.hist(t.Run), s.fixed.runs, s.fixed.active, s.fixed.timeouts, s.fixed.delayed, run, run, run}
+	mode, started, oldTimer := argA, argZero, true
 	if op.prev != nil {
 		if def := s.g.Step(op.prev.Step); def != nil && def.Timeout == 0 {
-			oldTimer = "" // entering the step registered no timeout
+			oldTimer = false // entering the step registered no timeout
 		}
 	}
 	switch {
 	case op.create != nil:
-		mode, started, oldTimer = "c", msOf(op.create.StartedAt), ""
+		mode, started, oldTimer = argC, msOf(op.create.StartedAt), false
 	case op.resume:
-		mode = "r"
+		mode = argR
 	}
 	if t.Enter != "" {
-		keys[7] = s.k.step(t.Enter)
+		keys[7] = s.stepKey(t.Enter)
 	}
 	if op.ackID != "" {
 		keys[8] = op.ackStream
@@ -79,13 +104,18 @@ func (s *Store) call(op applyOp) (keys []string, args []any) {
 		keys[9] = op.deadKey
 	}
 	args = make([]any, 0, 48+len(op.dead))
-	args = append(args, mode, t.Run, itoa(t.Visit), started, s.g.Name, op.ackID, oldTimer)
+	args = append(args, mode, t.Run, itoa(t.Visit), started, s.fixed.group, strArg(op.ackID))
+	if oldTimer {
+		args = append(args, timerMember(t.Run, t.Visit))
+	} else {
+		args = append(args, argEmpty)
+	}
 	args = append(args, len(op.dead))
 	for _, f := range op.dead {
 		args = append(args, f)
 	}
-	args = append(args, t.Enter)
-	dMember, dScore, tMember, tScore := "", "0", "", "0"
+	args = append(args, s.nameArg(t.Enter))
+	var dMember, dScore, tMember, tScore any = argEmpty, argZero, argEmpty, argZero
 	var fields []string
 	if t.Enter != "" {
 		fields = stepFields(t.Run, t.Visit+1, op.trace())
@@ -97,26 +127,73 @@ func (s *Store) call(op applyOp) (keys []string, args []any) {
 		}
 	}
 	args = append(args, len(fields))
-	for _, f := range fields {
-		args = append(args, f)
+	for i, f := range fields {
+		switch {
+		case i == 0:
+			args = append(args, argMsgRun)
+		case i == 2:
+			args = append(args, argMsgVisit)
+		case i == 1 && f == t.Run:
+			args = append(args, args[1]) // the run id, boxed already
+		default:
+			args = append(args, f)
+		}
 	}
 	args = append(args, dMember, dScore, tMember, tScore)
-	hash := transitionFields(t, op.prev)
+	var hash []any
 	if op.create != nil {
 		hash = stateFields(op.create)
+	} else {
+		hash = transitionFields(t, op.prev)
 	}
 	args = append(args, len(hash))
 	args = append(args, hash...)
-	out := string(t.Output)
-	if out == "" {
-		out = "null"
+	var out any = argNull
+	if len(t.Output) > 0 {
+		out = string(t.Output)
 	}
-	args = append(args, t.Step, boolField(t.HasOutput), out, len(t.History))
+	args = append(args, s.nameArg(t.Step), boolArg(t.HasOutput), out, len(t.History))
 	for _, e := range t.History {
 		args = append(args, eventJSON(e))
 	}
-	args = append(args, boolField(t.Done), strconv.FormatInt(s.retention().Milliseconds(), 10))
+	args = append(args, boolArg(t.Done), s.fixed.retention)
 	return keys, args
+}
+
+// fixedArgs are a store's keys and arguments that never change, made once.
+type fixedArgs struct {
+	runs, active, timeouts, delayed string
+	group, retention                any
+	steps                           map[string]string // each step's stream
+	names                           map[string]any    // each step's name, boxed
+}
+
+func (s *Store) initFixed() {
+	s.fixed = fixedArgs{
+		runs: s.k.runs(), active: s.k.active(), timeouts: s.k.timeouts(), delayed: s.k.delayed(),
+		group: s.g.Name, retention: strconv.FormatInt(s.retention().Milliseconds(), 10),
+		steps: make(map[string]string, len(s.g.Steps)), names: make(map[string]any, len(s.g.Steps)),
+	}
+	for _, d := range s.g.Steps {
+		s.fixed.steps[d.Name] = s.k.step(d.Name)
+		s.fixed.names[d.Name] = d.Name
+	}
+}
+
+// nameArg is a step's name as an argument ("" none).
+func (s *Store) nameArg(step string) any {
+	if v, ok := s.fixed.names[step]; ok {
+		return v
+	}
+	return strArg(step)
+}
+
+// stepKey is a step's stream.
+func (s *Store) stepKey(step string) string {
+	if k, ok := s.fixed.steps[step]; ok {
+		return k
+	}
+	return s.k.step(step)
 }
 
 // result reads applyScript's reply: applied, and the run's start when it was.
