@@ -140,6 +140,17 @@ workflow "later" {
     next = "no-fan"
   }
 
+  step "fan-dedupe" {
+    for_each = "input.xs"
+    handler "http" {
+      url = "http://mail.internal/send"
+    }
+    dedupe {
+      key    = "payload"
+      window = "1h"
+    }
+  }
+
   step "no-fan" {
     max_items = 5
     handler "http" {
