@@ -290,6 +290,38 @@ func TestReloadWorkflow(t *testing.T) {
 	if got := compact(t, show["steps"]); got != `{"charge":"charged","reserve":"v2"}` {
 		t.Errorf("after the reload: steps %s", got)
 	}
+
+	// Removing the whole workflow removes charge too, where held still is: refused as well.
+	refused := `step \"charge\" is removed, but 1 runs are active there`
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
+redis "main" {
+  url = %q
+}
+
+pipeline "other" {
+  source "stream" {
+    stream = "other"
+  }
+  rule "ok" {
+    outcome = "ack"
+  }
+}
+`, srv.URL)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if !redistest.WaitFor(ctx, 15*time.Second, func() bool { return strings.Count(errs.String(), refused) >= 2 }) {
+		t.Fatalf("removing the workflow with a run active was not refused:\n%s", errs.String())
+	}
+	if strings.Contains(errs.String(), `"workflows_removed":["order"]`) {
+		t.Fatalf("the refused reload removed the workflow:\n%s", errs.String())
+	}
+	send("o3", "A3") // the workflow still runs (the files on disk no longer name it)
+	if !redistest.WaitFor(ctx, 15*time.Second, func() bool { return c.HGet(ctx, "flowrun:{order}:run:o3", "status").Val() == "completed" }) {
+		t.Fatalf("o3 did not complete after the refused reload: %v", c.HGetAll(ctx, "flowrun:{order}:run:o3").Val())
+	}
 }
 
 // grepLines are the lines of s that contain sub.
