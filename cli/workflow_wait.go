@@ -15,7 +15,8 @@ import (
 func (w *wiring) waitPipelines(ctx context.Context, wf *config.Workflow, store *redisrun.Store, s *config.Step, consumer string) ([]*engine.Pipeline, error) {
 	name := stepPipelineName(wf.Name, s.Name)
 	log := w.log.With().Str(engine.FieldPipeline, name).Str(engine.FieldSource, "workflow").Logger()
-	src := store.StepSource(s.Name, redisrun.StepOptions{Consumer: consumer}, log)
+	// the handler reads neither the input nor the outputs: a park is one script
+	src := store.StepSource(s.Name, redisrun.StepOptions{Consumer: consumer, SkipInput: true, SkipSteps: true}, log)
 	var tracer engine.Tracer
 	if w.tel != nil {
 		tracer = w.tel.Pipeline(name, "redis")
