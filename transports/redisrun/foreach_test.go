@@ -276,3 +276,34 @@ func TestForEachElementRetryKeepsItsElement(t *testing.T) {
 		t.Fatalf("pending = %d", n)
 	}
 }
+
+// A run cancelled while its elements run: the elements still in flight are stale, their acks
+// record nothing and write no join.
+func TestForEachCancelledMidFanOut(t *testing.T) {
+	e := newFanEnv(t)
+	r := e.stepSource("notify", "w1", time.Minute)
+	e.fanOutRun(r, "r1", []any{"a", "b"})
+	d0, d1 := r.Next(t), r.Next(t)
+	r.decide(t, d0, fanHandled(e.s.g, d0, nil, engine.Ack()).Outcome)
+	if err := e.s.Cancel(e.ctx, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	r.decide(t, d1, fanHandled(e.s.g, d1, nil, engine.Ack()).Outcome)
+	if h := e.hgetall(e.k.run("r1")); h["status"] != "cancelled" {
+		t.Fatalf("run = %v", h)
+	}
+	if fe := e.hgetall(e.k.fanJoin("r1", 1)); fe["c"] != "1" {
+		t.Fatalf("join hash = %v", fe)
+	}
+	for _, x := range e.xrange(e.k.step("notify")) {
+		if fields(x)["join"] != "" {
+			t.Fatal("a join was written for a cancelled run")
+		}
+	}
+	if o := e.hgetall(e.k.out("r1")); len(o) != 0 {
+		t.Fatalf("outputs = %v", o)
+	}
+	if n := e.fanPending(); n != 0 {
+		t.Fatalf("pending = %d", n)
+	}
+}
