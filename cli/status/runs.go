@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -460,10 +461,40 @@ func pretty(b []byte) string {
 	}
 	var out bytes.Buffer
 	if json.Valid(b) && json.Indent(&out, b, "", "  ") == nil {
-		return out.String()
+		return unescapeHTML(out.String())
 	}
 	return string(b)
 }
+
+// unescapeHTML turns the \u003c, \u003e and \u0026 that Go's encoder writes for <, > and & in
+// JSON strings back into those characters (the same JSON): the page shows text, and a visitor
+// reads a payload's markup as it was sent. An escaped backslash before them is left alone.
+func unescapeHTML(s string) string {
+	if !strings.Contains(s, `\u00`) {
+		return s
+	}
+	var b strings.Builder
+	slashes := 0 // backslashes just before i
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && slashes%2 == 0 && i+6 <= len(s) {
+			if r, ok := htmlEscapes[s[i:i+6]]; ok {
+				b.WriteByte(r)
+				i += 5
+				slashes = 0
+				continue
+			}
+		}
+		if s[i] == '\\' {
+			slashes++
+		} else {
+			slashes = 0
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+var htmlEscapes = map[string]byte{`\u003c`: '<', `\u003e`: '>', `\u0026`: '&'}
 
 // runActionJSON is the body of a cancel or retry.
 type runActionJSON struct {

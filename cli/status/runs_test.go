@@ -379,3 +379,53 @@ func (s *slowRuns) Counts(context.Context) (map[string]int64, map[workflow.Statu
 	<-s.release
 	return nil, map[workflow.Status]int64{workflow.Running: 1}, nil
 }
+
+func TestPageLoadsRunsScript(t *testing.T) {
+	f := newRunsFixture(t, "")
+	resp, err := http.Get(f.srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `<script src="assets/runs.js" defer></script>`) || !strings.Contains(string(b), `id="runs-section"`) {
+		t.Errorf("page:\n%s", b)
+	}
+	if code := f.get("/assets/runs.js", nil); code != 200 {
+		t.Errorf("runs.js: %d", code)
+	}
+}
+
+// A waiting run names the step it waits in; a finished one has no step and no time in it.
+func TestRunOfWaiting(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	st := &workflow.State{ID: "w1", Workflow: "order", Status: workflow.Waiting, Step: "await-payment", Visit: 2,
+		StartedAt: t0, UpdatedAt: t0.Add(time.Second), History: []workflow.Event{
+			{Outcome: "started", At: t0}, {Step: "reserve", Visit: 1, Attempt: 1, Outcome: "ack", At: t0.Add(time.Second)}}}
+	r := runOf(st, t0.Add(time.Minute))
+	if r.WaitingIn != "await-payment" || !r.Cancellable || *r.InStepMS != 59_000 || *r.TookMS != 60_000 || *r.History[1].SinceMS != 1000 {
+		t.Errorf("waiting run %+v", r)
+	}
+	st.Status, st.Step = workflow.Completed, ""
+	r = runOf(st, t0.Add(time.Hour))
+	if r.WaitingIn != "" || r.InStepMS != nil || *r.TookMS != 1000 || r.Cancellable {
+		t.Errorf("completed run %+v", r)
+	}
+}
+
+func TestUnescapeHTML(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"a": "\u003cb\u003e \u0026"}`: `{"a": "<b> &"}`,
+		`"\\u003c"`:                     `"\\u003c"`, // an escaped backslash, then text
+		`"\\\u003c"`:                    `"\\<"`,
+		`"\u00e9"`:                      `"\u00e9"`,
+	} {
+		if got := unescapeHTML(in); got != want {
+			t.Errorf("unescapeHTML(%s) = %s, want %s", in, got, want)
+		}
+		var a, b any
+		if json.Unmarshal([]byte(in), &a) != nil || json.Unmarshal([]byte(want), &b) != nil || fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Errorf("%s and %s are not the same JSON", in, want)
+		}
+	}
+}

@@ -175,14 +175,16 @@
   // The view in the URL: defaults are left out. push adds a history entry (a new view), else
   // the entry is replaced (a letter opened or closed, or a view normalised).
   function saveState(push) {
-    const q = new URLSearchParams();
+    // the runs section's parameters (runs.js) are kept as they are
+    const q = new URLSearchParams(location.search);
+    for (const k of ["pipeline", "order", "where", "offset", "letter"]) q.delete(k);
     if (dlq.pipeline) q.set("pipeline", dlq.pipeline);
     if (dlq.order !== "newest") q.set("order", dlq.order);
     if (dlq.where) q.set("where", dlq.where);
     if (dlq.offset > 0) q.set("offset", dlq.offset);
     if (dlq.letter) q.set("letter", dlq.letter);
-    const url = location.pathname + (q.toString() ? "?" + q : "");
-    if (url === location.pathname + location.search) return;
+    const url = location.pathname + (q.toString() ? "?" + q : "") + location.hash;
+    if (url === location.pathname + location.search + location.hash) return;
     if (push) history.pushState(null, "", url);
     else history.replaceState(null, "", url);
   }
