@@ -45,6 +45,7 @@ func TestWorkflowTests(t *testing.T) {
 		{"gohandler.hcl", ExitOK},
 		{"loops.hcl", ExitConfig},
 		{"foreach.hcl", ExitConfig}, // one test fails on purpose
+		{"waits.hcl", ExitConfig},   // one test fails on purpose
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			path := filepath.Join("testdata", "workflowtest", tc.file)
