@@ -159,6 +159,10 @@ func (w *wiring) workflow(ctx context.Context, wf *config.Workflow, consumer str
 	if err != nil {
 		return nil, fmt.Errorf("workflow %s: start: %w", wf.Name, err)
 	}
+	if w.tel != nil { // a run is one trace (SPEC §16), its span's ids picked as it starts
+		start.Tracer = w.tel.RunStart(start.Tracer, wf.Name)
+		r.store.Tracer = w.tel.Runs()
+	}
 	r.pipelines = append(r.pipelines, start)
 	for _, s := range wf.Steps {
 		if s.Wait != nil {

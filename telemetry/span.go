@@ -35,9 +35,10 @@ func (p *Provider) Pipeline(name, system string) engine.Tracer {
 }
 
 type pipelineTracer struct {
-	p     *Provider
-	attrs []attribute.KeyValue // on every span of the pipeline
-	last  atomic.Pointer[spanName]
+	p        *Provider
+	attrs    []attribute.KeyValue // on every span of the pipeline
+	last     atomic.Pointer[spanName]
+	workflow string // a workflow's start pipeline (RunStart): each delivery's run span ids picked
 }
 
 // Start implements engine.Tracer: the consumer span continues the delivery's traceparent.
@@ -46,6 +47,10 @@ type pipelineTracer struct {
 func (t *pipelineTracer) Start(ctx context.Context, d *engine.Delivery) (context.Context, engine.Span) {
 	if d.Headers[engine.HeaderTraceparent] != "" {
 		ctx = t.p.prop.Extract(ctx, propagation.MapCarrier(d.Headers))
+	}
+	var run *runIDs
+	if t.workflow != "" {
+		ctx, run = t.startRun(ctx)
 	}
 	ctx, sp := t.p.tracer.Start(ctx, t.name(d.Key), trace.WithSpanKind(trace.SpanKindConsumer))
 	if sp.IsRecording() {
@@ -59,7 +64,11 @@ func (t *pipelineTracer) Start(ctx context.Context, d *engine.Delivery) (context
 			sp.SetAttributes(attribute.String(attrMessageID, d.ID))
 		}
 	}
-	return ctx, &span{t: t, ctx: ctx, sp: sp, rec: sp.IsRecording()}
+	s := &span{t: t, ctx: ctx, sp: sp, rec: sp.IsRecording(), run: run}
+	if d.Run != nil && s.rec {
+		t.visitStarts(s, d.Run)
+	}
+	return ctx, s
 }
 
 // name is the consumer span's name for key, kept for the last key seen: a source reads one key
@@ -80,7 +89,11 @@ type span struct {
 	t   *pipelineTracer
 	ctx context.Context // carries sp: the parent of the children
 	sp  trace.Span
-	rec bool // sampled: children are made; otherwise they would not be recorded either
+	rec bool    // sampled: children are made; otherwise they would not be recorded either
+	run *runIDs // a start delivery's: the ids of the span of the run it creates
+
+	visit   *visitKey               // a step visit's, while it is in flight (run.go)
+	runDone atomic.Pointer[runDone] // the run this visit ended, its span made at End
 }
 
 // noEnd ends a child span that was not made.
@@ -139,6 +152,12 @@ func (s *span) End(outcome string, err error) {
 		s.sp.SetAttributes(attribute.String(attrOutcome, outcome))
 	}
 	end(s.sp, err)
+	if s.run != nil && outcome != engine.OutcomeAck.String() {
+		s.t.noRun(s.run, outcome) // no run was created: its span is this delivery's
+	}
+	if s.visit != nil {
+		s.t.visitEnds(s)
+	}
 }
 
 // inject sets m's traceparent (and tracestate, when there is one) to the span in ctx.

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -51,10 +52,12 @@ const (
 
 // Provider is the process's tracer provider; Pipeline gives each pipeline its engine.Tracer.
 type Provider struct {
-	tp     *sdktrace.TracerProvider
-	tracer trace.Tracer
-	proc   *queueProcessor
-	prop   propagation.TextMapPropagator
+	tp      *sdktrace.TracerProvider
+	tracer  trace.Tracer
+	proc    *queueProcessor
+	prop    propagation.TextMapPropagator
+	sampler sdktrace.Sampler // the provider's, asked again for a run span's ids (run.go)
+	visits  sync.Map         // visitKey → *span: the step visits in flight here (run.go)
 }
 
 // New starts the exporter. It does not connect: a collector that is down costs dropped spans,
@@ -85,17 +88,19 @@ func New(ctx context.Context, c Config, log zerolog.Logger) (*Provider, error) {
 		res = resource.Default()
 	}
 	proc := newQueueProcessor(exp, log)
+	sampler := sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.SampleRatio))
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.SampleRatio))),
+		sdktrace.WithSampler(sampler),
 		sdktrace.WithSpanProcessor(proc),
+		sdktrace.WithIDGenerator(idGenerator{}), // a run span's ids are the run's (run.go)
 	)
 	prop := propagation.TraceContext{}
 	// Handlers (the http handler, Go handlers' own clients) inject through the global
 	// propagator; without telemetry it stays the no-op one.
 	otel.SetTextMapPropagator(prop)
 	otel.SetTracerProvider(tp)
-	return &Provider{tp: tp, tracer: tp.Tracer("github.com/flowrun/flowrun"), proc: proc, prop: prop}, nil
+	return &Provider{tp: tp, tracer: tp.Tracer("github.com/flowrun/flowrun"), proc: proc, prop: prop, sampler: sampler}, nil
 }
 
 // tracesURL is the OTLP/HTTP traces URL for a base endpoint, as OTEL_EXPORTER_OTLP_ENDPOINT

@@ -28,6 +28,10 @@ type Span struct {
 	ParentID string // "" for a root span
 	Attrs    map[string]string
 	Error    bool // status code error
+	// Start and End are the span's times; Events its events' names (an error recorded:
+	// "exception").
+	Start, End time.Time
+	Events     []string
 }
 
 // Receiver collects spans.
@@ -81,6 +85,10 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 					TraceID: hex.EncodeToString(s.TraceId), SpanID: hex.EncodeToString(s.SpanId),
 					Attrs: map[string]string{},
 					Error: s.Status != nil && s.Status.Code == tracepb.Status_STATUS_CODE_ERROR,
+					Start: time.Unix(0, int64(s.StartTimeUnixNano)), End: time.Unix(0, int64(s.EndTimeUnixNano)),
+				}
+				for _, ev := range s.Events {
+					sp.Events = append(sp.Events, ev.Name)
 				}
 				if len(s.ParentSpanId) > 0 {
 					sp.ParentID = hex.EncodeToString(s.ParentSpanId)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/workflow"
 )
 
@@ -23,6 +24,10 @@ type Store struct {
 	// OnRejected, when set, is called once for each kept event of a wait step that expired
 	// without its run (counted rejected on the wait's pipeline).
 	OnRejected func(step string)
+	// Tracer, when set (tracing is on), traces runs (SPEC §14): a new run keeps its trace
+	// context in its record (field trace), each step message carries the run span's
+	// traceparent, and the process that ends a run exports its span.
+	Tracer engine.RunTracer
 	// DeadLetter is the workflow's dead letter as configured, for the dead-letter tools
 	// (DeadLetters, Redrive); "" is the default, flowrun:{<workflow>}:dead.
 	DeadLetter string

@@ -80,7 +80,7 @@ func (s *Store) sendCreates(ctx context.Context, batch []*createReq) {
 		if err = redisconn.FirstErr(err, perr); err != nil {
 			r.err = fmt.Errorf("redisrun: %s run %s: %w", s.g.Name, r.op.t.Run, err)
 		} else if r.ok, _, r.err = result(v); r.ok {
-			s.done(r.op.t, r.op.create.StartedAt)
+			s.done(r.op.t, r.op.create.StartedAt, r.op.trace())
 		}
 		close(r.done)
 	}

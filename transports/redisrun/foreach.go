@@ -99,7 +99,8 @@ func (src *stepSource) planFan(ctx context.Context, i int, st *engine.Settlement
 		}
 		fan = &workflow.Fan{Kind: kind, Index: index}
 	}
-	op = &settleOp{idx: i, id: d.ID, key: src.s.k.run(d.Run.ID)}
+	op = &settleOp{idx: i, id: d.ID, key: src.s.k.run(d.Run.ID), trace: v.State.TraceParent}
+	tp := engine.RunTraceparent(v.State.TraceParent) // the run span's, on each message written
 	switch fan.Kind {
 	case workflow.FanOut:
 		if len(fan.Items) == 0 {
@@ -112,7 +113,7 @@ func (src *stepSource) planFan(ctx context.Context, i int, st *engine.Settlement
 		op.keys = []string{src.s.k.run(d.Run.ID), src.s.k.fanJoin(d.Run.ID, d.Run.Visit), src.stream, src.s.k.fans()}
 		op.args = make([]any, 0, 7+len(fan.Items))
 		op.args = append(op.args, src.s.g.Name, d.ID, itoa(d.Run.Visit), timerMember(d.Run.ID, d.Run.Visit),
-			v.State.TraceParent, d.Run.ID, len(fan.Items))
+			tp, d.Run.ID, len(fan.Items))
 		for _, it := range fan.Items {
 			op.args = append(op.args, string(it))
 		}
@@ -127,7 +128,7 @@ func (src *stepSource) planFan(ctx context.Context, i int, st *engine.Settlement
 		}
 		op.fan = itemScript
 		op.keys = []string{src.s.k.run(d.Run.ID), src.s.k.fanJoin(d.Run.ID, d.Run.Visit), src.stream}
-		op.args = []any{src.s.g.Name, d.ID, itoa(d.Run.Visit), itoa(fan.Index), string(out), d.Run.ID, v.State.TraceParent}
+		op.args = []any{src.s.g.Name, d.ID, itoa(d.Run.Visit), itoa(fan.Index), string(out), d.Run.ID, tp}
 	case workflow.FanJoin:
 		t, jerr := src.join(ctx, v.State, d, now)
 		if jerr != nil {

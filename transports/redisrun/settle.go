@@ -25,6 +25,8 @@ type settleOp struct {
 	copy bool          // copyScript; else applyScript
 	fan  *redis.Script // a for_each script (foreach.go), whose reply says nothing to read
 	t    workflow.Transition
+	// trace is the run's trace context (read with the run): its span when t ends it.
+	trace string
 }
 
 // Settle carries out a batch in one round trip (SPEC §16 "Moving on"), on the shared client:
@@ -126,7 +128,7 @@ func (src *stepSource) result(ctx context.Context, op *settleOp, perr error, fai
 		return false
 	}
 	if applied {
-		src.s.done(op.t, started)
+		src.s.done(op.t, started, op.trace)
 	}
 	return true
 }
@@ -146,7 +148,7 @@ func (src *stepSource) plan(ctx context.Context, i int, st *engine.Settlement, v
 	if op, handled, err := src.planFan(ctx, i, st, v, now); handled {
 		return op, err
 	}
-	op := &settleOp{idx: i, id: d.ID, key: src.s.k.run(d.Run.ID)}
+	op := &settleOp{idx: i, id: d.ID, key: src.s.k.run(d.Run.ID), trace: v.State.TraceParent}
 	switch st.Action {
 	case engine.ActAck:
 		label := v.Label

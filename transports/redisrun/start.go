@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/flowrun/flowrun/engine"
 )
 
@@ -30,16 +28,6 @@ func startInput(p []byte) json.RawMessage {
 	}
 	b, _ := json.Marshal(string(p))
 	return b
-}
-
-// traceParent is the run's trace context (SPEC §14): the start delivery's span when the start
-// pipeline traces (its context carries it), else the start message's own traceparent. Each step
-// message carries it, so every step visit's span joins the run's trace, across processes.
-func traceParent(ctx context.Context, d *engine.Delivery) string {
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-		return fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
-	}
-	return d.Headers[engine.HeaderTraceparent]
 }
 
 var errEmptyRunID = errors.New("run_id is empty")
@@ -64,7 +52,7 @@ func (s *Store) StartHandler(runID func(d *engine.Delivery) (string, error), fin
 		}
 		st, t := s.g.Start(id, startInput(d.Payload), time.Now())
 		st.Fingerprint = fingerprint
-		st.TraceParent = traceParent(ctx, d)
+		st.TraceParent = s.runTrace(ctx)
 		ok, err := s.createShared(ctx, st, t)
 		switch {
 		case err != nil:

@@ -228,11 +228,12 @@ func delayedMember(step string, fields []string) string {
 }
 
 // stepFields are the fields of a step message entering visit of run; trace, when set, is the
-// run's trace context (SPEC §14: each step visit's span is a child of the run's start).
+// run's trace context (its record's): the message carries the run span's traceparent (SPEC §14:
+// each step visit's span is a child of the run's).
 func stepFields(run string, visit int, trace string) []string {
 	f := []string{msgRun, run, msgVisit, itoa(visit)}
-	if trace != "" {
-		f = append(f, engine.HeaderTraceparent, trace)
+	if tp := engine.RunTraceparent(trace); tp != "" {
+		f = append(f, engine.HeaderTraceparent, tp)
 	}
 	return f
 }

@@ -34,7 +34,7 @@ type applyOp struct {
 	deadKey   string
 }
 
-// trace is the run's trace context for the message of the step entered, where the run is known.
+// trace is the run's trace context (its record's), where the run is known.
 func (op applyOp) trace() string {
 	switch {
 	case op.create != nil:
@@ -215,8 +215,11 @@ func result(v any) (bool, time.Time, error) {
 	return true, started, nil
 }
 
-// done tells OnDone of a run this process ended.
-func (s *Store) done(t workflow.Transition, started time.Time) {
+// done tells OnDone (and the tracer) of a run this process ended; trace is its trace context.
+func (s *Store) done(t workflow.Transition, started time.Time, trace string) {
+	if t.Done {
+		s.endRun(t, started, trace)
+	}
 	if t.Done && s.OnDone != nil {
 		took := t.At.Sub(started)
 		if started.IsZero() || took < 0 {
@@ -240,7 +243,7 @@ func (s *Store) exec(ctx context.Context, op applyOp) (bool, error) {
 		if op.create != nil {
 			started = op.create.StartedAt
 		}
-		s.done(op.t, started)
+		s.done(op.t, started, op.trace())
 	}
 	return ok, nil
 }

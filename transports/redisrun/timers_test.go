@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/workflow"
@@ -228,27 +227,4 @@ func TestHygieneTrimsSettledAndPrunesExpired(t *testing.T) {
 		t.Errorf("runs index = %v", z)
 	}
 	r.decide(t, db, handled(e.s.g, db, ack).Outcome)
-}
-
-func TestStepMessagesCarryTheRunsTrace(t *testing.T) {
-	e := newEnv(t)
-	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5},
-		TraceFlags: trace.FlagsSampled})
-	ctx := trace.ContextWithSpanContext(e.ctx, sc)
-	d := &engine.Delivery{Message: engine.Message{Key: "orders", ID: "1-0", Headers: map[string]string{}, Payload: []byte(`{}`)}}
-	if res := e.s.StartHandler(nil, "fp").Handle(ctx, d); res.Err != nil {
-		t.Fatal(res.Err)
-	}
-	const want = "00-01020300000000000000000000000000-0405000000000000-01"
-	r := e.stepSource("reserve", "w1", time.Minute)
-	d = r.Next(t)
-	if got := d.Headers[engine.HeaderTraceparent]; got != want {
-		t.Fatalf("reserve's traceparent = %q, want %q", got, want)
-	}
-	r.decide(t, d, handled(e.s.g, d, func(context.Context, *engine.Delivery) engine.Result {
-		return engine.Result{Outcome: engine.Ack()}
-	}).Outcome)
-	if f := fields(e.xrange(e.k.step("charge"))[0]); f[engine.HeaderTraceparent] != want {
-		t.Errorf("charge message = %v", f)
-	}
 }

@@ -1,0 +1,78 @@
+package telemetry
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/internal/otlptest"
+)
+
+// A run span is made where the run ends, with the ids its trace context keeps, from the run's
+// start; a failed run's error is recorded on it. An unsampled run, or a trace context that
+// names no run span (a bare traceparent), exports nothing.
+func TestRunSpan(t *testing.T) {
+	rcv := otlptest.Start(t)
+	p := newProvider(t, rcv.URL)
+	runs := p.Runs()
+	tc := runs.RunTrace(context.Background())
+	tp, parent, _ := strings.Cut(tc, " ")
+	tid, sid := otlptest.Traceparent(tp)
+	if tid == "" || parent != "-" || !strings.HasSuffix(tp, "-01") {
+		t.Fatalf("trace context %q; want a sampled root's", tc)
+	}
+	started := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	at := time.Now()
+	runs.EndRun(tc, engine.RunEnd{Workflow: "order", Run: "o-1", Visit: 3, Status: "failed", Error: "declined", Started: started, At: at})
+	runs.EndRun(tp, engine.RunEnd{Workflow: "order", Run: "legacy", Status: "completed", At: at})
+	unsampled := strings.Replace(tc, "-01 ", "-00 ", 1)
+	runs.EndRun(unsampled, engine.RunEnd{Workflow: "order", Run: "unsampled", Status: "completed", At: at})
+	child := "00-4bf92f3577b34da6a3ce929d0e0e4736-1111111111111111-01 00f067aa0ba902b7"
+	runs.EndRun(child, engine.RunEnd{Workflow: "order", Run: "o-2", Status: "cancelled", Started: started, At: at})
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	spans := rcv.WaitFor(t, "2 run spans", 5*time.Second, func(s []otlptest.Span) bool { return len(s) >= 2 })
+	if len(spans) != 2 {
+		t.Fatalf("exported %+v; want o-1's and o-2's run spans only", spans)
+	}
+	r := spans[0]
+	if r.Name != "run order" || r.TraceID != tid || r.SpanID != sid || r.ParentID != "" ||
+		!r.Start.Equal(started) || !r.End.Equal(at) {
+		t.Fatalf("run span %+v; want run order %s/%s, a root, %v..%v", r, tid, sid, started, at)
+	}
+	for k, v := range map[string]string{"flowrun.workflow": "order", "flowrun.run_id": "o-1", "flowrun.status": "failed"} {
+		if r.Attrs[k] != v {
+			t.Errorf("run span %s = %q, want %q", k, r.Attrs[k], v)
+		}
+	}
+	if !r.Error || !slices.Contains(r.Events, "exception") {
+		t.Errorf("run span %+v; want the error recorded", r)
+	}
+	c := spans[1]
+	if c.TraceID != "4bf92f3577b34da6a3ce929d0e0e4736" || c.SpanID != "1111111111111111" || c.ParentID != "00f067aa0ba902b7" || c.Error {
+		t.Errorf("child run span %+v", c)
+	}
+}
+
+// With sample_ratio 0 a run's trace context says unsampled, and its start delivery's span
+// continues it unsampled.
+func TestRunTraceUnsampled(t *testing.T) {
+	p, err := New(context.Background(), Config{Endpoint: "http://127.0.0.1:1", SampleRatio: 0}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown(context.Background())
+	tr := p.RunStart(p.Pipeline("order", "redis"), "order")
+	ctx, sp := tr.Start(context.Background(), &engine.Delivery{Message: engine.Message{Key: "orders", Headers: map[string]string{}}})
+	tc := p.Runs().RunTrace(ctx)
+	sp.End("ack", nil)
+	if !strings.Contains(tc, "-00 ") {
+		t.Fatalf("trace context %q; want the sampled flag off", tc)
+	}
+}
