@@ -81,6 +81,9 @@ func cmdRuns(ctx context.Context, args []string, stdio Stdio) int {
 	}
 	store := redisrun.NewStore(c, g)
 	store.DeadLetter = wf.DeadLetter
+	if flush := traceRuns(ctx, a.sub, cfg, store); flush != nil {
+		defer flush()
+	}
 	code, err = a.exec(ctx, wf, store, stdio)
 	if err != nil {
 		fmt.Fprintf(stdio.Err, "flowrun runs %s: workflow %q: %v\n", a.sub, a.workflow, conns.redact(wf.Redis, err))

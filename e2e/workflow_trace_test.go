@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -286,5 +287,60 @@ func TestWorkflowTraceAcrossProcesses(t *testing.T) {
 		if n := e.stepPending("order", step); n != 0 {
 			t.Errorf("step %s: %d pending", step, n)
 		}
+	}
+}
+
+// TestWorkflowTraceRunsStartAndRetry: a run started by `runs start` is traced as one started by
+// a message (its run span a root, exported by the process that ends it); `runs retry` of the
+// failed run gives it a second run span, the first one's child, begun at the retry, with the
+// retried visit under it.
+func TestWorkflowTraceRunsStartAndRetry(t *testing.T) {
+	e := newStreamEnv(t)
+	rcv := otlptest.Start(t)
+	cfg := wfTraceConfig(e, rcv.URL, "")
+	p := start(t, "run", "--consumer", "w1", cfg)
+	r := flowrun(t, "", "runs", "start", "order", "--input", `{"amount":500}`, cfg)
+	id := strings.TrimSpace(r.stdout)
+	if r.code != 0 || id == "" {
+		t.Fatalf("runs start: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	waitRun(t, cfg, "order", id, "failed")
+	retryAt := time.Now()
+	if r := flowrun(t, "", "runs", "retry", "order", id, cfg); r.code != 0 {
+		t.Fatalf("runs retry: exit %d\n%s", r.code, r.stderr)
+	}
+	eventually(t, wfDeadline, "the retried run to fail again", func() bool {
+		run, ok := runsShow(t, cfg, "order", id)
+		return ok && run.Status == "failed" && strings.Count(strings.Join(run.outcomes(), " "), "failed") == 2
+	})
+	stopProc(t, p)
+	spans := rcv.WaitFor(t, "two run spans", 10*time.Second, func(s []otlptest.Span) bool {
+		return len(slices.DeleteFunc(slices.Clone(s), func(s otlptest.Span) bool { return s.Name != "run order" })) == 2
+	})
+	var runSpans, charges []otlptest.Span
+	for _, s := range spans {
+		switch {
+		case s.Name == "run order":
+			runSpans = append(runSpans, s)
+		case s.Attrs["flowrun.step"] == "charge":
+			charges = append(charges, s)
+		}
+	}
+	first, second := runSpans[0], runSpans[1]
+	if first.ParentID != "" || first.Attrs["flowrun.run_id"] != id || first.Attrs["flowrun.status"] != "failed" || !first.Error {
+		t.Errorf("first run span %+v; want a failed root of run %s", first, id)
+	}
+	if second.TraceID != first.TraceID || second.ParentID != first.SpanID || second.Start.Before(retryAt.Truncate(time.Millisecond)) ||
+		second.Attrs["flowrun.status"] != "failed" {
+		t.Errorf("second run span %+v; want the first's child, begun at the retry (%v)", second, retryAt)
+	}
+	if len(charges) != 2 || charges[0].ParentID != first.SpanID || charges[1].ParentID != second.SpanID {
+		t.Errorf("charge spans %+v; want one under each run span", charges)
+	}
+	if tc := e.rdb.HGet(e.ctx, "flowrun:{order}:run:"+id, "trace").Val(); !strings.HasPrefix(tc, fmt.Sprintf("00-%s-%s-01 %s ", first.TraceID, second.SpanID, first.SpanID)) {
+		t.Errorf("trace field %q after the retry", tc)
+	}
+	if n := e.stepPending("order", "charge"); n != 0 {
+		t.Errorf("charge: %d pending", n)
 	}
 }

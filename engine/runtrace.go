@@ -2,6 +2,9 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -31,8 +34,24 @@ type RunEnd struct {
 
 // RunTraceparent is the W3C traceparent of a run's trace context: the run span's, which every
 // step message of the run carries. A run's trace context is "TRACEPARENT PARENT" (PARENT: the
-// run span's parent span id, "-" for a root).
+// run span's parent span id, "-" for a root), and after a retry "TRACEPARENT PARENT START-MS"
+// (RunRetrace).
 func RunTraceparent(trace string) string {
 	tp, _, _ := strings.Cut(trace, " ")
 	return tp
+}
+
+// RunRetrace is the trace context of a run resumed at at (runs retry) whose trace context was
+// trace: a new run span, the child of the one that ended when the run failed (already exported
+// under its own id), begun at the retry ("TRACEPARENT PARENT START-MS"). "" when trace names
+// no run span.
+func RunRetrace(trace string, at time.Time) string {
+	tp, _, ok := strings.Cut(trace, " ")
+	// version "-" trace-id(32) "-" span-id(16) "-" flags
+	if !ok || len(tp) != 55 || tp[35] != '-' || tp[52] != '-' {
+		return ""
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	return tp[:36] + hex.EncodeToString(id[:]) + tp[52:] + " " + tp[36:52] + " " + strconv.FormatInt(at.UnixMilli(), 10)
 }

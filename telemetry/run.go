@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -119,10 +120,11 @@ func (r *runIDs) String() string {
 // parseRun reads a run record's trace context; false for one this version did not write (a
 // bare traceparent names no run span of its own).
 func (p *Provider) parseRun(s string) (*runIDs, bool) {
-	tp, parent, ok := strings.Cut(s, " ")
+	tp, rest, ok := strings.Cut(s, " ")
 	if !ok {
 		return nil, false
 	}
+	parent, start, _ := strings.Cut(rest, " ")
 	ctx := p.prop.Extract(context.Background(), propagation.MapCarrier{engine.HeaderTraceparent: tp})
 	r := &runIDs{sc: trace.SpanContextFromContext(ctx)}
 	if !r.sc.IsValid() {
@@ -134,6 +136,13 @@ func (p *Provider) parseRun(s string) (*runIDs, bool) {
 			return nil, false
 		}
 		r.parent = sid
+	}
+	if start != "" { // a retried run's span begins at the retry (engine.RunRetrace)
+		ms, err := strconv.ParseInt(start, 10, 64)
+		if err != nil {
+			return nil, false
+		}
+		r.begun = time.UnixMilli(ms)
 	}
 	return r, true
 }
@@ -184,6 +193,9 @@ func (t runTracer) EndRun(s string, e engine.RunEnd) {
 // endRun makes and ends the run span of r's ids.
 func (p *Provider) endRun(r *runIDs, e engine.RunEnd) {
 	begin := e.Started
+	if !r.begun.IsZero() {
+		begin = r.begun
+	}
 	if begin.IsZero() || begin.After(e.At) {
 		begin = e.At
 	}

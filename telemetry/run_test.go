@@ -34,12 +34,17 @@ func TestRunSpan(t *testing.T) {
 	runs.EndRun(unsampled, engine.RunEnd{Workflow: "order", Run: "unsampled", Status: "completed", At: at})
 	child := "00-4bf92f3577b34da6a3ce929d0e0e4736-1111111111111111-01 00f067aa0ba902b7"
 	runs.EndRun(child, engine.RunEnd{Workflow: "order", Run: "o-2", Status: "cancelled", Started: started, At: at})
+	retried := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	runs.EndRun(engine.RunRetrace(tc, retried), engine.RunEnd{Workflow: "order", Run: "o-1", Status: "completed", Started: started, At: at})
 	if err := p.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	spans := rcv.WaitFor(t, "2 run spans", 5*time.Second, func(s []otlptest.Span) bool { return len(s) >= 2 })
-	if len(spans) != 2 {
-		t.Fatalf("exported %+v; want o-1's and o-2's run spans only", spans)
+	spans := rcv.WaitFor(t, "3 run spans", 5*time.Second, func(s []otlptest.Span) bool { return len(s) >= 3 })
+	if len(spans) != 3 {
+		t.Fatalf("exported %+v; want o-1's, o-2's and o-1's retry's run spans only", spans)
+	}
+	if rs := spans[2]; rs.TraceID != tid || rs.ParentID != sid || rs.SpanID == sid || !rs.Start.Equal(retried) || rs.Error {
+		t.Errorf("retried run span %+v; want the child of %s begun at %v", rs, sid, retried)
 	}
 	r := spans[0]
 	if r.Name != "run order" || r.TraceID != tid || r.SpanID != sid || r.ParentID != "" ||

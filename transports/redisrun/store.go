@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/transports/redisconn"
 	"github.com/flowrun/flowrun/workflow"
 )
@@ -32,11 +33,14 @@ type applyOp struct {
 	ackID     string   // the delivery's entry id
 	dead      []string // the dead letter's XADD fields (nil none)
 	deadKey   string
+	retrace   string // a retry's new trace context (engine.RunRetrace), "" none
 }
 
 // trace is the run's trace context (its record's), where the run is known.
 func (op applyOp) trace() string {
 	switch {
+	case op.retrace != "":
+		return op.retrace
 	case op.create != nil:
 		return op.create.TraceParent
 	case op.prev != nil:
@@ -145,6 +149,9 @@ func (s *Store) call(op applyOp) (keys []string, args []any) {
 		hash = stateFields(op.create)
 	} else {
 		hash = transitionFields(t, op.prev)
+	}
+	if op.retrace != "" {
+		hash = append(hash, fTrace, op.retrace)
 	}
 	args = append(args, len(hash))
 	args = append(args, hash...)
@@ -400,6 +407,7 @@ func (s *Store) Begin(ctx context.Context, input []byte, fingerprint string) (st
 	id := NewRunID()
 	st, t := s.g.Start(id, json.RawMessage(input), time.Now())
 	st.Fingerprint = fingerprint
+	st.TraceParent = s.runTrace(ctx)
 	ok, err := s.Create(ctx, st, t)
 	if err != nil {
 		return "", err
@@ -453,7 +461,12 @@ func (s *Store) change(ctx context.Context, id string, resume bool, decide func(
 			// it was going to).
 			return fmt.Errorf("redisrun: run %s is %s: %w", id, st.Status, ErrNotActive)
 		}
-		ok, err := s.exec(ctx, applyOp{t: t, resume: resume, prev: st})
+		op := applyOp{t: t, resume: resume, prev: st}
+		if resume {
+			// The run span ended when the run failed; what follows is a new one, its child.
+			op.retrace = engine.RunRetrace(st.TraceParent, t.At)
+		}
+		ok, err := s.exec(ctx, op)
 		if err != nil || ok {
 			return err
 		}
