@@ -312,3 +312,62 @@ func TestWorkflowForEachChaos(t *testing.T) {
 		t.Errorf("%d dead letters", n)
 	}
 }
+
+// validate accepts a for_each step with a handler and refuses one with rules, positioned at
+// the for_each, with every problem at once.
+func TestValidateForEach(t *testing.T) {
+	dir := t.TempDir()
+	good := writeFile(t, dir, "good.hcl", `redis "main" {
+  url = "redis://127.0.0.1:1/0"
+}
+
+workflow "fan" {
+  start {
+    source "stream" {
+      stream = "albums"
+    }
+  }
+  step "resize" {
+    for_each  = "input.images"
+    max_items = 50
+    handler "http" {
+      url = "http://images.internal/resize"
+    }
+  }
+}
+`)
+	if r := flowrun(t, "", "validate", good); r.code != 0 || r.stdout != "ok: 0 pipelines, 1 workflows\n" {
+		t.Fatalf("validate good: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	bad := writeFile(t, dir, "bad.hcl", `redis "main" {
+  url = "redis://127.0.0.1:1/0"
+}
+
+workflow "fan" {
+  start {
+    source "stream" {
+      stream = "albums"
+    }
+  }
+  step "resize" {
+    for_each = "input.images"
+    rule "r" {
+      output = "item"
+    }
+    next = "after"
+  }
+  step "after" {
+    max_items = 3
+    handler "http" {
+      url = "http://images.internal/publish"
+    }
+  }
+}
+`)
+	r := flowrun(t, "", "validate", bad)
+	lines := errorLines(r.stderr)
+	if r.code != 1 || len(lines) != 2 || !strings.HasPrefix(lines[0], bad+":12:5: error:") || !strings.Contains(lines[0], "cannot have rules") ||
+		!strings.HasPrefix(lines[1], bad+":19:5: error:") || !strings.Contains(lines[1], `needs "for_each"`) {
+		t.Fatalf("validate bad: exit %d, errors %q\n%s", r.code, lines, r.stderr)
+	}
+}
