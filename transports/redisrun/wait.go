@@ -1,7 +1,9 @@
 package redisrun
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -165,6 +167,10 @@ func (s *Store) EventHandler(step string, keep time.Duration, correlate func(*en
 				return engine.Result{Outcome: engine.Retry(), Err: err}
 			}
 			switch {
+			case st != nil && st.Step != step && s.finishedWith(ctx, id, step, payload):
+				// The step finished with this very event: a redelivery (the process died after
+				// the finish, before the event's acknowledgement).
+				return engine.Result{Outcome: engine.Ack(), Duplicate: true}
 			case st != nil && !st.Status.Active():
 				return engine.Result{Outcome: engine.DeadLetter(fmt.Sprintf("run %s is %s", id, st.Status))}
 			case st != nil && st.WaitingAt(step):
@@ -190,6 +196,20 @@ func (s *Store) EventHandler(step string, keep time.Duration, correlate func(*en
 		}
 		return engine.Result{Outcome: engine.Retry(), Err: fmt.Errorf("redisrun: run %s keeps moving", id)}
 	})
+}
+
+// finishedWith reports whether the run's output of step is payload (as the finish recorded it:
+// compact JSON). A failed read says no: the event is then kept or rejected as any other.
+func (s *Store) finishedWith(ctx context.Context, id, step string, payload []byte) bool {
+	out, err := s.c.HGet(ctx, s.k.out(id), step).Result()
+	if err != nil {
+		return false
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, payload) != nil {
+		return false
+	}
+	return out == b.String()
 }
 
 // record reads a run's record without its outputs and history; nil when there is none.

@@ -78,9 +78,17 @@ func TestWaitParksThenTheEventFinishesIt(t *testing.T) {
 	if z := e.zrange(e.k.timeouts()); len(z) != 0 {
 		t.Errorf("timeouts left = %v", z)
 	}
-	// A second event for it: the run has moved on, so it is kept (it may come back to pay).
-	if res := e.event(time.Minute, `{"id":"r1","ok":false}`); res.Outcome.Kind != engine.KindAck {
+	// The same event again (a redelivery after a crash before its acknowledgement): a
+	// duplicate, not kept.
+	if res := e.event(time.Minute, `{"id": "r1", "ok": true}`); res.Outcome.Kind != engine.KindAck || !res.Duplicate {
+		t.Errorf("the event again: %+v", res)
+	}
+	// Another event for it: the run has moved on, so it is kept (it may come back to pay).
+	if res := e.event(time.Minute, `{"id":"r1","ok":false}`); res.Outcome.Kind != engine.KindAck || res.Duplicate {
 		t.Errorf("second event: %+v", res)
+	}
+	if k := e.hgetall(e.k.kept()); k["pay\nr1"] != `{"id":"r1","ok":false}` {
+		t.Errorf("kept = %v", k)
 	}
 }
 
