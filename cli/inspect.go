@@ -37,7 +37,8 @@ type inspectRow struct {
 	Processing          string  `json:"processing,omitempty"` // reliable list: the list Pending counts
 	DelayKey            string  `json:"delay_key,omitempty"`
 	Delayed             *int64  `json:"delayed"`
-	NextDue             *string `json:"next_due"` // RFC 3339
+	NextDue             *string `json:"next_due"`            // RFC 3339
+	NextTick            *string `json:"next_tick,omitempty"` // a schedule source's, RFC 3339
 	DeadLetter          string  `json:"dead_letter,omitempty"`
 	DeadLetters         *int64  `json:"dead_letters"`
 
@@ -178,6 +179,9 @@ func inspectPipeline(ctx context.Context, conns *adminConns, p *config.Pipeline)
 	if st.NextDue != nil {
 		row.NextDue = ptrTo(st.NextDue.UTC().Format(time.RFC3339))
 	}
+	if st.NextTick != nil {
+		row.NextTick = ptrTo(st.NextTick.UTC().Format(time.RFC3339))
+	}
 	row.DeadLetter, row.DeadLetters = st.DeadLetter, st.DeadLetters
 	return row, conns.redact(s.Redis, err)
 }
@@ -199,6 +203,8 @@ func writeInspectTable(w io.Writer, rows []inspectRow) {
 		due := "-"
 		if r.NextDue != nil {
 			due = *r.NextDue
+		} else if r.NextTick != nil { // a schedule: when its next message is due
+			due = *r.NextTick
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			cell(r.Pipeline), r.Source, cell(r.Key), num(r.Length), lag, num(r.Pending), idle,

@@ -83,6 +83,13 @@ type RetryTargeter interface {
 	RetryTarget() string
 }
 
+// Ticker is implemented by a Config whose source starts work on a clock (the schedule
+// source): the status page shows its next tick.
+type Ticker interface {
+	// NextTick is the first tick after t, the zero time when there is none.
+	NextTick(t time.Time) time.Time
+}
+
 // Inspector is implemented by a Config whose source has numbers for `flowrun inspect`
 // (SPEC §1). On an error it returns what it has read so far.
 type Inspector interface {

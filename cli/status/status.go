@@ -160,6 +160,7 @@ type pipelineJSON struct {
 	DeadLetterKey    string             `json:"dead_letter_key"`
 	DeadLetterAccess bool               `json:"dead_letters_browsable"`
 	SampledAt        *time.Time         `json:"sampled_at"`
+	NextTick         *time.Time         `json:"next_tick,omitempty"` // a schedule source's (schedule.go)
 }
 
 type statusJSON struct {
@@ -187,6 +188,7 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 		j := pipelineJSON{Name: p.Name, State: engine.StateStopped, DeadLetterKey: p.DeadLetter}
 		j.Source.Kind = p.Source.Kind
 		j.Source.Key = p.Source.NaturalKey()
+		j.NextTick = nextTick(p.Source.Config, out.Time)
 		if st, ok := running[p.Name]; ok {
 			started := st.Started.UTC()
 			j.State, j.Started, j.Rate, j.Rates, j.Totals, j.Inflight, j.Held =

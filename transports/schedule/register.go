@@ -58,6 +58,7 @@ var (
 	_ transports.RedisOptional     = (*Config)(nil)
 	_ transports.FlowStoreProvider = (*Config)(nil)
 	_ transports.Inspector         = (*Config)(nil)
+	_ transports.Ticker            = (*Config)(nil)
 	_ transports.DeadLetterStore   = (*Config)(nil)
 	_ transports.DeadLetterPager   = (*Config)(nil)
 )

@@ -93,6 +93,8 @@
       for (const k of ["running", "waiting", "stopped"]) setClass(f.state, k, stateClass(p.state) === k);
       setText(f.kind, p.source.kind);
       setText(f.key, p.source.key || "");
+      f.tickrow.hidden = !p.next_tick; // a schedule source's next tick
+      if (p.next_tick) setTime(f.tick, p.next_tick);
       setText(f.rate, rate(p.rate) + "/s");
       setText(f.lag, p.lag_unknown && p.lag === null ? "?" : num(p.lag));
       setText(f.pending, num(p.pending));
