@@ -36,6 +36,10 @@ workflow "order" {
       when = "input.amount < 0"
       fail = "'refused amount ' + string(input.amount) + ' <script>window.pwned=1</script>'"
     }
+    rule "wait" {
+      when = "input.wait == true"
+      next = "pay"
+    }
     rule "slow" {
       when   = "input.slow == true"
       next   = "approve"
@@ -52,6 +56,17 @@ workflow "order" {
     }
     max_attempts = 10
     timeout      = "2h"
+  }
+
+  step "pay" {
+    wait {
+      source "stream" {
+        stream = "sr.payments"
+        block  = "100ms"
+      }
+      correlate = "payload.order_id"
+    }
+    timeout = "3h"
   }
 }
 `
@@ -79,13 +94,14 @@ func TestStatusRunsInBrowser(t *testing.T) {
 		{"A-2", `{"order_id":"A-2","amount":-5}`},
 		{"A-3", `{"order_id":"A-3","amount":7,"slow":true,"note":"first"}`},
 		{hostileRunID, fmt.Sprintf(`{"order_id":%q,"amount":3,"slow":true,"note":"</pre><script>window.pwned='input'</script>"}`, hostileRunID)},
+		{"B-1", `{"order_id":"B-1","amount":1,"wait":true}`},
 	} {
 		// one at a time, each started before the next is sent: the list is newest first
 		e.xadd("sr.orders", "", "payload", o.payload)
 		eventually(t, 10*time.Second, "run "+o.id+" started", func() bool { return status(o.id) != "" })
 	}
-	eventually(t, 20*time.Second, "the runs settled: completed, failed, and two at approve after a retry", func() bool {
-		return status("A-1") == "completed" && status("A-2") == "failed" &&
+	eventually(t, 20*time.Second, "the runs settled: completed, failed, one waiting, and two at approve after a retry", func() bool {
+		return status("A-1") == "completed" && status("A-2") == "failed" && status("B-1") == "waiting" &&
 			e.rdb.LLen(e.ctx, "flowrun:{order}:hist:A-3").Val() == 3 && e.rdb.LLen(e.ctx, "flowrun:{order}:hist:"+hostileRunID).Val() == 3
 	})
 
@@ -96,14 +112,15 @@ func TestStatusRunsInBrowser(t *testing.T) {
 
 	// per workflow: runs per status and active runs per step
 	waitJS(t, ctx, 15*time.Second, "the workflow's counts",
-		runCount("by-status", "running")+` === "2" && `+runCount("by-status", "completed")+` === "1" && `+runCount("by-status", "failed")+` === "1" && `+runCount("by-step", "approve")+` === "2"`,
+		runCount("by-status", "running")+` === "2" && `+runCount("by-status", "completed")+` === "1" && `+runCount("by-status", "failed")+` === "1" && `+
+			runCount("by-status", "waiting")+` === "1" && `+runCount("by-step", "approve")+` === "2" && `+runCount("by-step", "pay")+` === "1"`,
 		`document.getElementById("runs-section").innerText`)
 	if got := js[string](t, ctx, runCount("by-step", "check")); got != "0" {
 		t.Errorf("active at check: %q", got)
 	}
 	// the newest first, all of them
-	waitJS(t, ctx, 5*time.Second, "the list of runs", `document.querySelectorAll("#runs-list li.run-item").length === 4`, `document.getElementById("runs-section").innerText`)
-	if got := js[string](t, ctx, `Array.from(document.querySelectorAll("#runs-list li.run-item")).map((l) => l.dataset.run).join("|")`); got != hostileRunID+"|A-3|A-2|A-1" {
+	waitJS(t, ctx, 5*time.Second, "the list of runs", `document.querySelectorAll("#runs-list li.run-item").length === 5`, `document.getElementById("runs-section").innerText`)
+	if got := js[string](t, ctx, `Array.from(document.querySelectorAll("#runs-list li.run-item")).map((l) => l.dataset.run).join("|")`); got != "B-1|"+hostileRunID+"|A-3|A-2|A-1" {
 		t.Errorf("runs listed %s", got)
 	}
 	// a status's count lists its runs
@@ -147,6 +164,21 @@ func TestStatusRunsInBrowser(t *testing.T) {
 	}
 	if got := js[string](t, ctx, `document.getElementById("run-input").textContent`); !strings.Contains(got, `"order_id": "<img src=x onerror=\"window.pwned='id'\">"`) {
 		t.Errorf("input shown as %q", got)
+	}
+
+	// the waiting run: the step it waits in, and when it times out
+	findRun(t, ctx, "B-1")
+	facts = js[string](t, ctx, `document.getElementById("run-facts").innerText`)
+	for _, want := range []string{"Waiting in\npay", "Times out at\n"} {
+		if !strings.Contains(facts, want) {
+			t.Errorf("the waiting run's facts lack %q:\n%s", want, facts)
+		}
+	}
+	if got := js[string](t, ctx, `Array.from(document.querySelectorAll("#run-timeline li.event .outcome")).map((o) => o.textContent).join(",")`); got != "started,ack,waiting" {
+		t.Errorf("the waiting run's timeline: %s", got)
+	}
+	if got := js[string](t, ctx, `document.getElementById("run-status").textContent`); got != "waiting" {
+		t.Errorf("the waiting run's status: %q", got)
 	}
 
 	// the failed run: its error, retry offered, cancel not
