@@ -2,6 +2,7 @@ package redisrun
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -37,12 +38,16 @@ func (e *env) fanPending() int64 {
 // fanHandled runs d through the for_each handler: the list is list, each element's output
 // is "out-" + its item, its outcome o.
 func fanHandled(g *workflow.Graph, d *engine.Delivery, list []any, o engine.Outcome) engine.Result {
+	return fanHandledMax(g, d, list, o, 3)
+}
+
+func fanHandledMax(g *workflow.Graph, d *engine.Delivery, list []any, o engine.Outcome, max int) engine.Result {
 	inner := engine.HandlerFunc(func(_ context.Context, d *engine.Delivery) engine.Result {
 		d.Run.Output, d.Run.HasOutput = fmt.Sprint("out-", d.Run.Item, " key ", d.Headers[engine.HeaderIdempotencyKey]), true
 		return engine.Result{Outcome: o}
 	})
 	lf := func(*engine.Delivery) (any, error) { return list, nil }
-	return workflow.NewForEachHandler(g, "notify", inner, nil, lf, 3).Handle(context.Background(), d)
+	return workflow.NewForEachHandler(g, "notify", inner, nil, lf, max).Handle(context.Background(), d)
 }
 
 // fanOutRun starts run id and settles its fan message with list: the element deliveries
@@ -305,5 +310,40 @@ func TestForEachCancelledMidFanOut(t *testing.T) {
 	}
 	if n := e.fanPending(); n != 0 {
 		t.Fatalf("pending = %d", n)
+	}
+}
+
+// The default max_items, 1000 elements: one script writes them all, the join reads them all.
+func TestForEachThousandElements(t *testing.T) {
+	e := newFanEnv(t)
+	r := e.stepSource("notify", "w1", time.Minute)
+	e.begin("r1", `{}`)
+	list := make([]any, workflow.DefaultMaxItems)
+	for i := range list {
+		list[i] = float64(i)
+	}
+	d := r.Next(t)
+	r.decide(t, d, fanHandledMax(e.s.g, d, list, engine.Ack(), 0).Outcome)
+	for range list {
+		d := r.Next(t)
+		r.decide(t, d, fanHandledMax(e.s.g, d, nil, engine.Ack(), 0).Outcome)
+	}
+	j := r.Next(t)
+	r.decide(t, j, fanHandledMax(e.s.g, j, nil, engine.Ack(), 0).Outcome)
+	st, err := e.s.Get(e.ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	if err := json.Unmarshal(st.Steps["notify"], &out); err != nil || len(out) != len(list) {
+		t.Fatalf("output: %d elements, %v", len(out), err)
+	}
+	for i, o := range out {
+		if want := fmt.Sprintf("out-%d key mail/r1/notify/1/%d", i, i); o != want {
+			t.Fatalf("output %d = %q, want %q", i, o, want)
+		}
+	}
+	if st.Step != "done" || e.fanPending() != 0 {
+		t.Fatalf("run at %q, %d pending", st.Step, e.fanPending())
 	}
 }
