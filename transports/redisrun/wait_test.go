@@ -3,9 +3,12 @@ package redisrun
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/workflow"
@@ -165,5 +168,58 @@ func TestWaitTimesOutToFailure(t *testing.T) {
 	}
 	if res := e.event(time.Minute, `{"id":"r3"}`); res.Outcome.Kind != engine.KindDeadLetter {
 		t.Errorf("an event for an ended run: %+v", res)
+	}
+}
+
+// Runs entering the wait and their events racing: whichever comes first, every run finishes
+// its wait once, with its own event, and nothing is left kept or pending.
+func TestWaitAndEventsRaceLoseNothing(t *testing.T) {
+	e := waitEnv(t)
+	const runs = 300
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	pay := &engine.Pipeline{Name: "order/pay", Concurrency: 8, DeadLetter: e.s.DeadLetterKey(), Logger: zerolog.Nop(),
+		Source:  e.s.StepSource("pay", StepOptions{Consumer: "p", Block: 50 * time.Millisecond}, zerolog.Nop()),
+		Handler: e.s.WaitHandler("pay")}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = engine.New(engine.Options{}, pay).Run(ctx) }()
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < runs; i += 4 {
+				id := "r" + itoa(i)
+				if i%2 == 0 { // half the events first
+					e.event(time.Minute, `{"id":"`+id+`","n":`+itoa(i)+`}`)
+					e.begin(id, `{}`)
+				} else {
+					e.begin(id, `{}`)
+					e.event(time.Minute, `{"id":"`+id+`","n":`+itoa(i)+`}`)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	e.waitFor("every run past its wait", 30*time.Second, func() bool {
+		a, _ := e.s.Active(e.ctx)
+		return a["ship"] == runs
+	})
+	cancel()
+	<-done
+	for i := range runs {
+		id := "r" + itoa(i)
+		if out := e.hgetall(e.k.out(id)); out["pay"] != `{"id":"`+id+`","n":`+itoa(i)+`}` {
+			t.Errorf("run %s outputs %v", id, out)
+		}
+		if h := e.hgetall(e.k.run(id)); h["step"] != "ship" || h["status"] != "running" || h["visit"] != "2" {
+			t.Errorf("run %s = %v", id, h)
+		}
+	}
+	if k := e.hgetall(e.k.kept()); len(k) != 0 {
+		t.Errorf("%d events left kept", len(k))
+	}
+	if n := e.pending("pay"); n != 0 {
+		t.Errorf("%d step messages pending", n)
 	}
 }
