@@ -344,3 +344,48 @@ func TestWorkflowTraceRunsStartAndRetry(t *testing.T) {
 		t.Errorf("charge: %d pending", n)
 	}
 }
+
+// TestWorkflowTraceAcrossWait: a run waits at a wait step while the process that parked it is
+// killed with SIGKILL; a second process takes its event and ends it. A second run's event comes
+// before the run (kept for it). Each run is still one trace with one run span, its visits
+// (the parked one, the event's, the one after) under it.
+func TestWorkflowTraceAcrossWait(t *testing.T) {
+	e := newStreamEnv(t)
+	rcv := otlptest.Start(t)
+	cfg := e.wfConfig(fmt.Sprintf("telemetry {\n  otlp_endpoint = %q\n}\n\n", rcv.URL) + wfWait("1h", "expire"))
+	p1 := start(t, "run", "--consumer", "w1", cfg)
+	e.order(`{"order_id":"o-1"}`)
+	e.waitingAtPay("o-1")
+	rcv.WaitFor(t, "the first process's spans of o-1", 10*time.Second, func(s []otlptest.Span) bool {
+		return slices.ContainsFunc(s, func(s otlptest.Span) bool { return s.Attrs["flowrun.step"] == "pay" })
+	})
+	p1.signal(syscall.SIGKILL)
+	p1.wait(10 * time.Second)
+	p2 := start(t, "run", "--consumer", "w2", cfg)
+	e.payment(`{"order_id":"o-1","amount":12}`)
+	e.payment(`{"order_id":"o-2","amount":7}`)
+	eventually(t, wfDeadline, "o-2's event kept", func() bool {
+		return e.rdb.HExists(e.ctx, "flowrun:{order}:kept", "pay\no-2").Val()
+	})
+	e.order(`{"order_id":"o-2"}`)
+	for _, id := range []string{"o-1", "o-2"} {
+		if r := waitRun(t, cfg, "order", id, "completed", "failed"); r.Status != "completed" {
+			t.Fatalf("run %s %s; history %+v", id, r.Status, r.History)
+		}
+	}
+	e.paymentsSettled()
+	stopProc(t, p2)
+	spans := rcv.WaitFor(t, "both run spans", 10*time.Second, func(s []otlptest.Span) bool {
+		return runSpans(s, "o-1") != nil && runSpans(s, "o-2") != nil
+	})
+	for _, id := range []string{"o-1", "o-2"} {
+		rt := runSpans(spans, id)
+		rt.check(t, id, "", "completed", "reserve", "pay", "ship")
+		checkRecord(t, e, id, rt, "")
+	}
+	for _, step := range []string{"reserve", "pay", "ship"} {
+		if n := e.stepPending("order", step); n != 0 {
+			t.Errorf("step %s: %d pending", step, n)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -183,11 +184,9 @@ func (t runTracer) EndRun(s string, e engine.RunEnd) {
 	if !ok || !r.sc.IsSampled() {
 		return
 	}
-	if v, ok := t.p.visits.Load(visitKey{run: e.Workflow + "\x00" + e.Run, visit: e.Visit}); ok {
-		v.(*span).runDone.Store(&runDone{ids: r, e: e})
-		return
+	if !t.p.visits.hold(runKey(e.Workflow, e.Run), &runDone{p: t.p, ids: r, e: e}) {
+		t.p.endRun(r, e)
 	}
-	t.p.endRun(r, e)
 }
 
 // endRun makes and ends the run span of r's ids.
@@ -248,35 +247,76 @@ func (t *pipelineTracer) noRun(r *runIDs, outcome string) {
 	}
 }
 
-// A run ends in the settlement of its last visit, before that visit's consumer span ends; the
-// run span must end after it. So a run ended by a visit in flight here gets its span when that
-// visit's consumer span ends; one ended otherwise (a timeout, runs cancel) at once.
+// A run ends in the settlement of its last visit, before that visit's consumer span ends (and
+// maybe before the previous visit's, whose settlement wrote the message of the last one); the
+// run span must end after them. So the span of a run with visits in flight here is made when the
+// last of them ends; a run with none (ended by a timeout, runs cancel) gets it at once.
 
-// visitKey names a step visit.
-type visitKey struct {
-	run   string
-	visit int
-}
-
-// runDone is a run span waiting for the end of the visit that ended the run.
+// runDone is a run span waiting for the end of its run's visits in flight.
 type runDone struct {
+	p   *Provider
 	ids *runIDs
 	e   engine.RunEnd
+}
+
+func runKey(workflow, run string) string { return workflow + "\x00" + run }
+
+// inflight counts the recorded step visits in flight per run.
+type inflight struct {
+	mu   sync.Mutex
+	runs map[string]*inflightRun
+}
+
+type inflightRun struct {
+	n    int
+	done *runDone // the run ended meanwhile
 }
 
 // visitStarts marks s a step visit in flight, with the run's attributes on its span.
 func (t *pipelineTracer) visitStarts(s *span, r *engine.Run) {
 	s.sp.SetAttributes(attribute.String(attrWorkflow, r.Workflow), attribute.String(attrRunID, r.ID),
 		attribute.String(attrStep, r.Step), attribute.Int(attrVisit, r.Visit))
-	s.visit = &visitKey{run: r.Workflow + "\x00" + r.ID, visit: r.Visit}
-	t.p.visits.Store(*s.visit, s)
+	s.visit = runKey(r.Workflow, r.ID)
+	f := &t.p.visits
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.runs == nil {
+		f.runs = map[string]*inflightRun{}
+	}
+	ir := f.runs[s.visit]
+	if ir == nil {
+		ir = &inflightRun{}
+		f.runs[s.visit] = ir
+	}
+	ir.n++
 }
 
-// visitEnds ends the span of the run s ended, if it did.
-func (t *pipelineTracer) visitEnds(s *span) {
-	t.p.visits.CompareAndDelete(*s.visit, s)
-	if d := s.runDone.Load(); d != nil {
-		d.e.At = time.Now()
-		t.p.endRun(d.ids, d.e)
+// end ends a visit of the run key; the last one in flight makes the run span if the run ended.
+func (f *inflight) end(key string) {
+	f.mu.Lock()
+	ir := f.runs[key]
+	var d *runDone
+	if ir != nil {
+		if ir.n--; ir.n <= 0 {
+			delete(f.runs, key)
+			d = ir.done
+		}
 	}
+	f.mu.Unlock()
+	if d != nil {
+		d.e.At = time.Now()
+		d.p.endRun(d.ids, d.e)
+	}
+}
+
+// hold keeps d for the end of the run's last visit in flight; false when there is none.
+func (f *inflight) hold(key string, d *runDone) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ir := f.runs[key]
+	if ir == nil {
+		return false
+	}
+	ir.done = d
+	return true
 }

@@ -81,3 +81,38 @@ func TestRunTraceUnsampled(t *testing.T) {
 		t.Fatalf("trace context %q; want the sampled flag off", tc)
 	}
 }
+
+// A run ended while visits of it are in flight here (the last one, settling; the one before,
+// whose settlement wrote the last one's message) gets its span when the last of them ends, so
+// the run span ends after every visit span.
+func TestRunSpanAfterVisitsInFlight(t *testing.T) {
+	rcv := otlptest.Start(t)
+	p := newProvider(t, rcv.URL)
+	runs := p.Runs()
+	tc := runs.RunTrace(context.Background())
+	tr := p.Pipeline("order/reserve", "redis")
+	visit := func(step string, n int) engine.Span {
+		d := &engine.Delivery{Message: engine.Message{Key: "flowrun:{order}:s:" + step, Headers: map[string]string{
+			engine.HeaderTraceparent: engine.RunTraceparent(tc)}},
+			Run: &engine.Run{ID: "o-1", Workflow: "order", Step: step, Visit: n}}
+		_, sp := tr.Start(context.Background(), d)
+		return sp
+	}
+	first, last := visit("reserve", 1), visit("charge", 2)
+	runs.EndRun(tc, engine.RunEnd{Workflow: "order", Run: "o-1", Visit: 2, Status: "completed", Started: time.Now().Add(-time.Second), At: time.Now()})
+	last.End("ack", nil)
+	first.End("ack", nil)
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	spans := rcv.WaitFor(t, "3 spans", 5*time.Second, func(s []otlptest.Span) bool { return len(s) >= 3 })
+	run := spans[len(spans)-1]
+	if run.Name != "run order" {
+		t.Fatalf("spans %+v; want the run span last", spans)
+	}
+	for _, s := range spans[:2] {
+		if s.ParentID != run.SpanID || s.End.After(run.End) || s.Attrs["flowrun.run_id"] != "o-1" {
+			t.Errorf("visit span %+v; want the run span's child, ended before it (%v)", s, run.End)
+		}
+	}
+}

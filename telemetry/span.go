@@ -92,8 +92,7 @@ type span struct {
 	rec bool    // sampled: children are made; otherwise they would not be recorded either
 	run *runIDs // a start delivery's: the ids of the span of the run it creates
 
-	visit   *visitKey               // a step visit's, while it is in flight (run.go)
-	runDone atomic.Pointer[runDone] // the run this visit ended, its span made at End
+	visit string // a step visit's: its run's key in Provider.visits (run.go)
 }
 
 // noEnd ends a child span that was not made.
@@ -155,8 +154,8 @@ func (s *span) End(outcome string, err error) {
 	if s.run != nil && outcome != engine.OutcomeAck.String() {
 		s.t.noRun(s.run, outcome) // no run was created: its span is this delivery's
 	}
-	if s.visit != nil {
-		s.t.visitEnds(s)
+	if s.visit != "" {
+		s.t.p.visits.end(s.visit)
 	}
 }
 

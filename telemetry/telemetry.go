@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -57,7 +56,7 @@ type Provider struct {
 	proc    *queueProcessor
 	prop    propagation.TextMapPropagator
 	sampler sdktrace.Sampler // the provider's, asked again for a run span's ids (run.go)
-	visits  sync.Map         // visitKey → *span: the step visits in flight here (run.go)
+	visits  inflight         // the step visits in flight here, by run (run.go)
 }
 
 // New starts the exporter. It does not connect: a collector that is down costs dropped spans,
