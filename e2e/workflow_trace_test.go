@@ -389,3 +389,51 @@ func TestWorkflowTraceAcrossWait(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkflowNoTelemetryAddsNothing (SPEC §14): without tracing, a run started by a message
+// with a traceparent keeps no trace context, and its step messages carry no traceparent.
+func TestWorkflowNoTelemetryAddsNothing(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	e := newStreamEnv(t)
+	cfg := e.wfConfig(`workflow "order" {
+  run_id = "payload.order_id"
+` + wfStart + `
+  step "reserve" {
+    rule "reserve" {
+      output = "'r'"
+    }
+    next = "charge"
+  }
+
+  step "charge" {
+    rule "charge" {
+      output = "'c'"
+    }
+  }
+}
+`)
+	p := start(t, "run", "--consumer", "w1", cfg)
+	e.streamXAdd("orders", "payload", `{"order_id":"o-1"}`, "traceparent", "00-"+incomingTrace+"-"+incomingSpan+"-01")
+	if r := waitRun(t, cfg, "order", "o-1", "completed", "failed"); r.Status != "completed" {
+		t.Fatalf("run %s; history %+v", r.Status, r.History)
+	}
+	stopProc(t, p)
+	if e.rdb.HExists(e.ctx, "flowrun:{order}:run:o-1", "trace").Val() {
+		t.Errorf("the run record has a trace field without tracing: %v", e.rdb.HGetAll(e.ctx, "flowrun:{order}:run:o-1").Val())
+	}
+	for _, step := range []string{"reserve", "charge"} {
+		msgs := e.rdb.XRange(e.ctx, "flowrun:{order}:s:"+step, "-", "+").Val()
+		if len(msgs) == 0 {
+			t.Errorf("step %s: no message to look at", step)
+		}
+		for _, m := range msgs {
+			if _, ok := m.Values["traceparent"]; ok {
+				t.Errorf("step %s message %s carries a traceparent without tracing: %v", step, m.ID, m.Values)
+			}
+		}
+		if n := e.stepPending("order", step); n != 0 {
+			t.Errorf("step %s: %d pending", step, n)
+		}
+	}
+}
