@@ -275,6 +275,20 @@ func TestStatusRunsInBrowser(t *testing.T) {
 		t.Errorf("the timeline ends with %q", got)
 	}
 
+	// retry with the token: the failed run runs its failed step again (and fails again)
+	histLen := func(id string) int64 { return e.rdb.LLen(e.ctx, "flowrun:{order}:hist:"+id).Val() }
+	before := histLen("A-2")
+	findRun(t, ctx, "A-2")
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("run-retry"))); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, 5*time.Second, "the confirmation", `!document.getElementById("run-confirm").hidden`, `document.getElementById("run-admin").innerText`)
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("run-confirm-yes"))); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, 10*time.Second, "the retry's result", `document.getElementById("run-result").textContent === "retrying run A-2 at step check"`, `document.getElementById("run-result").textContent`)
+	eventually(t, 20*time.Second, "A-2 to fail again after its retry", func() bool { return histLen("A-2") == before+2 && status("A-2") == "failed" })
+
 	// usable at 360 px, with the hostile run (a long id, long values) shown
 	findRun(t, ctx, hostileRunID)
 	if err := chromedp.Do(ctx, chromedp.EmulateViewport(360, 740)); err != nil {

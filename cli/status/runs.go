@@ -41,13 +41,16 @@ type Runs interface {
 }
 
 // Limits of the runs API. Counting the runs per status walks every run kept, so it runs at
-// most once per countsEvery per workflow whoever asks; a list by status walks until it has its
-// page, one at a time per client address, for at most runsTimeout.
+// most once per countsEvery per workflow whoever asks, for at most countTimeout, and a request
+// waits countWait at most for it; a list by status walks until it has its page, one at a time
+// per client address, for at most runsTimeout.
 const (
-	defaultRuns = 20
-	maxRuns     = 200
-	runsTimeout = 10 * time.Second
-	minCounts   = 5 * time.Second
+	defaultRuns  = 20
+	maxRuns      = 200
+	runsTimeout  = 10 * time.Second
+	minCounts    = 5 * time.Second
+	countWait    = 2 * time.Second
+	countTimeout = time.Minute
 )
 
 func (s *server) runRoutes(mux *http.ServeMux) {
@@ -88,6 +91,7 @@ func (s *server) workflowList() []Workflow {
 func (s *server) workflows(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), runsTimeout)
 	defer cancel()
+	waitUntil := time.Now().Add(countWait)
 	out := workflowsJSON{Admin: s.o.AdminToken != "", Statuses: []string{}, Workflows: []workflowJSON{}}
 	for _, st := range workflow.Statuses {
 		out.Statuses = append(out.Statuses, string(st))
@@ -104,7 +108,7 @@ func (s *server) workflows(w http.ResponseWriter, r *http.Request) {
 		for step, n := range active {
 			j.Active[step] = n // a step a reload removed shows while runs are still there
 		}
-		byStatus, at, cerr := s.counts.get(ctx, wf, s.countsEvery())
+		byStatus, at, cerr := s.counts.get(wf, s.countsEvery(), waitUntil)
 		for st, n := range byStatus {
 			j.Runs[string(st)] = n
 		}
@@ -129,77 +133,76 @@ func nonNilList(l []string) []string {
 	return l
 }
 
-// runCounts keeps each workflow's runs per status, counted at most once per period: a
-// visitor's polling never makes flowrun walk the runs more often than that.
+// runCounts keeps each workflow's runs per status, counted at most once per period, one count
+// at a time, in the background: a visitor's polling never makes flowrun walk the runs more
+// often than that, and a request waits for a count only a moment (a workflow of millions of
+// runs takes longer to count: the page shows the counts when they are there).
 type runCounts struct {
 	mu sync.Mutex
 	by map[string]*countEntry
 }
 
 type countEntry struct {
-	busy   sync.Mutex // held while counting
-	mu     sync.Mutex // guards the fields below
-	at     time.Time
+	at     time.Time // when counts were counted (zero: never)
+	tried  time.Time // when the last count ended, counted or failed (zero: count now)
 	counts map[workflow.Status]int64
+	err    error         // the last count's
+	done   chan struct{} // the count under way, closed when it ends; nil: none
 }
 
-func (c *runCounts) entry(name string) *countEntry {
+// get returns the counts of wf, starting a count when the last one ended more than every ago,
+// and waiting for a count under way until deadline.
+func (c *runCounts) get(wf Workflow, every time.Duration, deadline time.Time) (map[workflow.Status]int64, time.Time, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.by == nil {
 		c.by = map[string]*countEntry{}
 	}
-	e := c.by[name]
+	e := c.by[wf.Name]
 	if e == nil {
 		e = &countEntry{}
-		c.by[name] = e
+		c.by[wf.Name] = e
 	}
-	return e
-}
-
-// last is what e holds, and whether it was counted within every.
-func (e *countEntry) last(every time.Duration) (map[workflow.Status]int64, time.Time, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.counts, e.at, !e.at.IsZero() && time.Since(e.at) < every
-}
-
-// get returns the counts of wf, counting again when they are older than every. While another
-// request counts, one that has counts answers with them rather than wait.
-func (c *runCounts) get(ctx context.Context, wf Workflow, every time.Duration) (map[workflow.Status]int64, time.Time, error) {
-	e := c.entry(wf.Name)
-	counts, at, fresh := e.last(every)
-	if fresh {
-		return counts, at, nil
+	if e.done == nil && (e.tried.IsZero() || time.Since(e.tried) >= every) {
+		e.done = make(chan struct{})
+		go c.count(e, wf)
 	}
-	if !e.busy.TryLock() {
-		if !at.IsZero() {
-			return counts, at, nil
+	done := e.done
+	c.mu.Unlock()
+	if done != nil {
+		t := time.NewTimer(time.Until(deadline))
+		select {
+		case <-done:
+		case <-t.C:
 		}
-		e.busy.Lock()
+		t.Stop()
 	}
-	defer e.busy.Unlock()
-	if counts, at, fresh := e.last(every); fresh { // counted while this one waited
-		return counts, at, nil
-	}
-	_, counts, err := wf.Runs.Counts(ctx)
-	if err != nil {
-		counts, at, _ := e.last(every)
-		return counts, at, err // the last counts, with why they are not newer
-	}
-	at = time.Now()
-	e.mu.Lock()
-	e.counts, e.at = counts, at
-	e.mu.Unlock()
-	return counts, at, nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return e.counts, e.at, e.err
 }
 
-// forget drops wf's counts (an action changed them): the next request counts again.
+// count counts wf's runs into e; on an error e keeps the last counts, with the error.
+func (c *runCounts) count(e *countEntry, wf Workflow) {
+	ctx, cancel := context.WithTimeout(context.Background(), countTimeout)
+	defer cancel()
+	_, counts, err := wf.Runs.Counts(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil {
+		e.counts, e.at = counts, time.Now()
+	}
+	e.err, e.tried = err, time.Now()
+	close(e.done)
+	e.done = nil
+}
+
+// forget makes the next request count wf's runs again (an action changed them).
 func (c *runCounts) forget(name string) {
-	e := c.entry(name)
-	e.mu.Lock()
-	e.at = time.Time{}
-	e.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.by[name]; e != nil {
+		e.tried = time.Time{}
+	}
 }
 
 // findWorkflow finds a workflow by the request's {name}, or answers 404.

@@ -342,17 +342,18 @@ func TestRunCountsOnceAtATime(t *testing.T) {
 	slow := &slowRuns{release: make(chan struct{})}
 	var c runCounts
 	wf := Workflow{Name: "w", Runs: slow}
-	done := make(chan error)
-	go func() { _, _, err := c.get(context.Background(), wf, time.Hour); done <- err }()
-	for slow.calls.Load() == 0 {
-		time.Sleep(time.Millisecond)
+	soon := func() time.Time { return time.Now().Add(50 * time.Millisecond) }
+	// a count that takes long: the request answers without counts, the count goes on
+	counts, at, err := c.get(wf, time.Hour, soon())
+	if counts != nil || !at.IsZero() || err != nil {
+		t.Errorf("while counting: %v %v %v", counts, at, err)
+	}
+	if counts, _, _ := c.get(wf, time.Hour, soon()); counts != nil || slow.calls.Load() != 1 {
+		t.Errorf("a second request while counting: %v, %d counts", counts, slow.calls.Load())
 	}
 	close(slow.release)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	for range 5 {
-		counts, at, err := c.get(context.Background(), wf, time.Hour)
+		counts, at, err := c.get(wf, time.Hour, time.Now().Add(time.Second))
 		if err != nil || counts["running"] != 1 || at.IsZero() {
 			t.Fatalf("counts %v at %v: %v", counts, at, err)
 		}
@@ -361,22 +362,38 @@ func TestRunCountsOnceAtATime(t *testing.T) {
 		t.Errorf("counted %d times within the period, want once", n)
 	}
 	c.forget("w")
-	c.get(context.Background(), wf, time.Hour)
+	c.get(wf, time.Hour, time.Now().Add(time.Second))
 	if n := slow.calls.Load(); n != 2 {
 		t.Errorf("after forget: counted %d times, want 2", n)
 	}
+	// a failed count keeps the last counts, says why, and is not tried again within the period
+	slow.fail.Store(true)
+	c.forget("w")
+	counts, _, err = c.get(wf, time.Hour, time.Now().Add(time.Second))
+	if err == nil || counts["running"] != 1 {
+		t.Errorf("a failed count: %v %v", counts, err)
+	}
+	c.get(wf, time.Hour, time.Now().Add(time.Second))
+	if n := slow.calls.Load(); n != 3 {
+		t.Errorf("after a failure: counted %d times, want 3", n)
+	}
 }
 
-// slowRuns counts how often Counts is called; the first call waits for release.
+// slowRuns counts how often Counts is called; each call waits for release; with fail set it
+// fails.
 type slowRuns struct {
 	Runs
 	calls   atomic.Int64
+	fail    atomic.Bool
 	release chan struct{}
 }
 
 func (s *slowRuns) Counts(context.Context) (map[string]int64, map[workflow.Status]int64, error) {
 	s.calls.Add(1)
 	<-s.release
+	if s.fail.Load() {
+		return nil, nil, fmt.Errorf("redis down")
+	}
 	return nil, map[workflow.Status]int64{workflow.Running: 1}, nil
 }
 
