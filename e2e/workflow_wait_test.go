@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -98,6 +99,10 @@ func TestWaitEventAfterAndBeforeTheRun(t *testing.T) {
 	e.waitingAtPay("o-1")
 	if n := e.stepPending("order", "pay"); n != 0 {
 		t.Errorf("a waiting run holds %d pending step messages", n)
+	}
+	if r := flowrun(t, "", "runs", "list", "order", "--status", "waiting", "--json", cfg); r.code != 0 ||
+		!strings.Contains(r.stdout, `"id": "o-1"`) || !strings.Contains(r.stdout, `"step": "pay"`) {
+		t.Errorf("runs list --status waiting: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	e.payment(`{"order_id":"o-1","amount":12}`)
 
