@@ -222,7 +222,7 @@ test "the key defaults to the source's" {
 	}
 
 	code, _, errs = runCLI(t, "dlq", "list", "count", path)
-	want := `flowrun dlq list: pipeline "count" has a sequence source, whose dead letters dlq cannot reach; dlq supports stream, claiming, reclaim, list and pubsub sources`
+	want := `flowrun dlq list: pipeline "count" has a sequence source, whose dead letters dlq cannot reach; dlq supports stream, claiming, reclaim, list, pubsub and schedule sources`
 	if code != cli.ExitConfig || strings.TrimSpace(errs) != want {
 		t.Errorf("dlq: exit %d, stderr %q, want %q", code, errs, want)
 	}
@@ -283,7 +283,7 @@ F:20:7: error: Unsupported argument: "redis" only applies to stream, list and pu
       redis = "main"
       ^~~~~
 
-F:26:10: error: Unknown source kind: There is no source kind "sequense". Did you mean "sequence"? Source kinds are "stream", "claiming", "reclaim", "list", "pubsub", "file", "pipe" and "sequence".
+F:26:10: error: Unknown source kind: There is no source kind "sequense". Did you mean "sequence"? Source kinds are "stream", "claiming", "reclaim", "list", "pubsub", "file", "pipe", "schedule" and "sequence".
   source "sequense" {}
          ^~~~~~~~~~
 `, "F:", path+":")

@@ -76,7 +76,7 @@ func errorLines(stderr string) []string { return errorLine.FindAllString(stderr,
 
 func TestValidateExamples(t *testing.T) {
 	r := flowrun(t, "", "validate", "../examples")
-	if r.code != 0 || r.stdout != "ok: 7 pipelines, 2 workflows\n" {
+	if r.code != 0 || r.stdout != "ok: 9 pipelines, 2 workflows\n" {
 		t.Fatalf("exit %d stdout %q stderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 	r = flowrun(t, "", "test", "../examples")

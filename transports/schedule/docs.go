@@ -9,7 +9,7 @@ expression is parsed by [robfig/cron](https://github.com/robfig/cron) (` + "`Par
 ` + "`@daily`" + ` are refused, since ` + "`every`" + ` and ` + "`timezone`" + ` say the same. ` + "`flowrun validate`" + ` reports a
 malformed ` + "`cron`" + `, an unknown ` + "`timezone`" + `, or both or neither of ` + "`cron`" + ` and ` + "`every`" + `, each at its
 position. ` + "`flowrun inspect`" + ` (the ` + "`NEXT-DUE`" + ` column, ` + "`next_tick`" + ` in ` + "`--json`" + `) and the status page show
-the next tick.
+the next tick. A runnable example with tests: ` + "`examples/heartbeat.hcl`" + `.
 
 A tick's message has the ` + "`key`" + ` of the pipeline's name (a workflow's start: the workflow's), the
 ` + "`id`" + ` and the header ` + "`x-scheduled-at`" + ` of the tick's time (RFC 3339, UTC: ` + "`2026-12-03T02:00:00Z`" + `),
