@@ -137,7 +137,7 @@
       const c = card(w);
       if (list.children[i] !== c.el) list.insertBefore(c.el, list.children[i] || null);
       setText(c.f.name, w.name);
-      setText(c.f.counted, w.counted_at ? "counted " + iso(w.counted_at) : "");
+      setText(c.f.counted, w.counted_at ? "counted " + iso(w.counted_at) : "counting…");
       c.f.error.hidden = !w.error;
       setText(c.f.error, w.error || "");
       for (const s of st.statuses) setCount(row(c, c.status, s, true), w.runs[s]);
