@@ -110,6 +110,9 @@ func (rt *runTrace) check(t *testing.T, id, parent, status string, steps ...stri
 	if len(rt.starts) != 1 || rt.starts[0].ParentID != r.SpanID || rt.starts[0].Attrs["flowrun.outcome"] != "ack" {
 		t.Errorf("run %s: start delivery spans %+v; want one, the run span's child, outcome ack", id, rt.starts)
 	}
+	if len(rt.starts) == 1 && rt.starts[0].End.After(r.End) {
+		t.Errorf("run %s: the start delivery's span ends at %v, after the run span (%v)", id, rt.starts[0].End, r.End)
+	}
 	if len(rt.steps) != len(steps) {
 		t.Errorf("run %s: step visit spans %v, want %v", id, keys(rt.steps), steps)
 	}

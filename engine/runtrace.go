@@ -15,10 +15,10 @@ import (
 // trace context, see RunTraceparent), and whichever process ends the run exports the span with
 // them, the run's start time and its end.
 type RunTracer interface {
-	// RunTrace is the trace context a run created in ctx keeps: in a start delivery's handler
-	// the ids the start pipeline's tracer picked for it (the start delivery's span is its
-	// child), else a new root's. "" when the run is not traced.
-	RunTrace(ctx context.Context) string
+	// RunTrace is the trace context run of workflow, created in ctx, keeps: in a start
+	// delivery's handler the ids the start pipeline's tracer picked for it (the start
+	// delivery's span is its child), else a new root's. "" when the run is not traced.
+	RunTrace(ctx context.Context, workflow, run string) string
 	// EndRun exports the span of a run that ended, with the ids of trace (what RunTrace gave).
 	EndRun(trace string, e RunEnd)
 }

@@ -80,6 +80,11 @@ type runIDs struct {
 	sc     trace.SpanContext // the run span's
 	parent trace.SpanID      // its parent's; invalid for a root
 	begun  time.Time         // when they were picked (a start delivery's begin)
+	// start is the start delivery's span, when recorded: in flight as the run's visits are
+	// (its key and end under inflight's lock: the handler and the settler both touch them).
+	start    *span
+	startKey string
+	ended    bool
 }
 
 type runIDsKey struct{}
@@ -170,8 +175,11 @@ type runTracer struct{ p *Provider }
 
 // RunTrace implements engine.RunTracer: the ids the start pipeline picked for the run
 // (RunStart), else a new run span's, the child of the span in ctx if there is one.
-func (t runTracer) RunTrace(ctx context.Context) string {
+func (t runTracer) RunTrace(ctx context.Context, workflow, run string) string {
 	if r, ok := ctx.Value(runIDsKey{}).(*runIDs); ok {
+		if r.start != nil {
+			t.p.visits.startOf(r, runKey(workflow, run))
+		}
 		return r.String()
 	}
 	return t.p.pickRun(ctx, "").String()
@@ -280,15 +288,41 @@ func (t *pipelineTracer) visitStarts(s *span, r *engine.Run) {
 	f := &t.p.visits
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.add(s.visit)
+}
+
+// add counts one more in flight for the run key; f.mu held.
+func (f *inflight) add(key string) {
 	if f.runs == nil {
 		f.runs = map[string]*inflightRun{}
 	}
-	ir := f.runs[s.visit]
+	ir := f.runs[key]
 	if ir == nil {
 		ir = &inflightRun{}
-		f.runs[s.visit] = ir
+		f.runs[key] = ir
 	}
 	ir.n++
+}
+
+// startOf counts r's start delivery in flight for the run key, unless its span has ended.
+func (f *inflight) startOf(r *runIDs, key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !r.ended && r.startKey == "" {
+		r.startKey = key
+		f.add(key)
+	}
+}
+
+// startEnds ends r's start delivery's part in flight.
+func (f *inflight) startEnds(r *runIDs) {
+	f.mu.Lock()
+	r.ended = true
+	key := r.startKey
+	f.mu.Unlock()
+	if key != "" {
+		f.end(key)
+	}
 }
 
 // end ends a visit of the run key; the last one in flight makes the run span if the run ended.

@@ -20,7 +20,7 @@ func TestRunSpan(t *testing.T) {
 	rcv := otlptest.Start(t)
 	p := newProvider(t, rcv.URL)
 	runs := p.Runs()
-	tc := runs.RunTrace(context.Background())
+	tc := runs.RunTrace(context.Background(), "order", "o-1")
 	tp, parent, _ := strings.Cut(tc, " ")
 	tid, sid := otlptest.Traceparent(tp)
 	if tid == "" || parent != "-" || !strings.HasSuffix(tp, "-01") {
@@ -75,7 +75,7 @@ func TestRunTraceUnsampled(t *testing.T) {
 	defer p.Shutdown(context.Background())
 	tr := p.RunStart(p.Pipeline("order", "redis"), "order")
 	ctx, sp := tr.Start(context.Background(), &engine.Delivery{Message: engine.Message{Key: "orders", Headers: map[string]string{}}})
-	tc := p.Runs().RunTrace(ctx)
+	tc := p.Runs().RunTrace(ctx, "order", "o-1")
 	sp.End("ack", nil)
 	if !strings.Contains(tc, "-00 ") {
 		t.Fatalf("trace context %q; want the sampled flag off", tc)
@@ -89,7 +89,7 @@ func TestRunSpanAfterVisitsInFlight(t *testing.T) {
 	rcv := otlptest.Start(t)
 	p := newProvider(t, rcv.URL)
 	runs := p.Runs()
-	tc := runs.RunTrace(context.Background())
+	tc := runs.RunTrace(context.Background(), "order", "o-1")
 	tr := p.Pipeline("order/reserve", "redis")
 	visit := func(step string, n int) engine.Span {
 		d := &engine.Delivery{Message: engine.Message{Key: "flowrun:{order}:s:" + step, Headers: map[string]string{

@@ -65,6 +65,9 @@ func (t *pipelineTracer) Start(ctx context.Context, d *engine.Delivery) (context
 		}
 	}
 	s := &span{t: t, ctx: ctx, sp: sp, rec: sp.IsRecording(), run: run}
+	if run != nil && s.rec {
+		run.start = s
+	}
 	if d.Run != nil && s.rec {
 		t.visitStarts(s, d.Run)
 	}
@@ -151,8 +154,11 @@ func (s *span) End(outcome string, err error) {
 		s.sp.SetAttributes(attribute.String(attrOutcome, outcome))
 	}
 	end(s.sp, err)
-	if s.run != nil && outcome != engine.OutcomeAck.String() {
-		s.t.noRun(s.run, outcome) // no run was created: its span is this delivery's
+	if s.run != nil {
+		if outcome != engine.OutcomeAck.String() {
+			s.t.noRun(s.run, outcome) // no run was created: its span is this delivery's
+		}
+		s.t.p.visits.startEnds(s.run)
 	}
 	if s.visit != "" {
 		s.t.p.visits.end(s.visit)

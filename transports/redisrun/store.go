@@ -407,7 +407,7 @@ func (s *Store) Begin(ctx context.Context, input []byte, fingerprint string) (st
 	id := NewRunID()
 	st, t := s.g.Start(id, json.RawMessage(input), time.Now())
 	st.Fingerprint = fingerprint
-	st.TraceParent = s.runTrace(ctx)
+	st.TraceParent = s.runTrace(ctx, id)
 	ok, err := s.Create(ctx, st, t)
 	if err != nil {
 		return "", err

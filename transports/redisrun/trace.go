@@ -8,13 +8,13 @@ import (
 	"github.com/flowrun/flowrun/workflow"
 )
 
-// runTrace is the trace context a run created in ctx keeps; "" without tracing, so nothing is
+// runTrace is the trace context run, created in ctx, keeps; "" without tracing, so nothing is
 // added to the record or the step messages (SPEC §14).
-func (s *Store) runTrace(ctx context.Context) string {
+func (s *Store) runTrace(ctx context.Context, run string) string {
 	if s.Tracer == nil {
 		return ""
 	}
-	return s.Tracer.RunTrace(ctx)
+	return s.Tracer.RunTrace(ctx, s.g.Name, run)
 }
 
 // endRun exports the span of a run this process ended (t.Done), whose trace context is trace

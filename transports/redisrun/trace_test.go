@@ -18,7 +18,7 @@ type fakeRunTracer struct {
 	of    []string // the trace context each was ended with
 }
 
-func (f *fakeRunTracer) RunTrace(context.Context) string { return f.trace }
+func (f *fakeRunTracer) RunTrace(context.Context, string, string) string { return f.trace }
 
 func (f *fakeRunTracer) EndRun(trace string, e engine.RunEnd) {
 	f.mu.Lock()
