@@ -159,9 +159,13 @@ type graphOutput struct {
 	label string
 }
 
-// sourceKey is the key p reads; false when its source has no single key.
+// sourceKey is the key p reads; false when its source has no single key, or reads none (a
+// schedule's clock).
 func sourceKey(p *config.Pipeline) (graphKey, bool) {
 	if p.Source == nil || p.Source.NaturalKey() == "" {
+		return graphKey{}, false
+	}
+	if _, clock := p.Source.Config.(transports.Ticker); clock {
 		return graphKey{}, false
 	}
 	return graphKey{p.Source.NaturalKey(), p.Source.Redis == ""}, true
