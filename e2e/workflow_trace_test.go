@@ -440,3 +440,35 @@ func TestWorkflowNoTelemetryAddsNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkflowTraceCancelFromCommandLine: `runs cancel` of a waiting run under on_failure =
+// "stop" ends it in the command's own process, which exports the run span (status cancelled).
+func TestWorkflowTraceCancelFromCommandLine(t *testing.T) {
+	e := newStreamEnv(t)
+	rcv := otlptest.Start(t)
+	cfg := e.wfConfig(fmt.Sprintf("telemetry {\n  otlp_endpoint = %q\n}\n\n", rcv.URL) + wfWait("1h", "expire"))
+	p := start(t, "run", "--consumer", "w1", cfg)
+	e.order(`{"order_id":"o-1"}`)
+	e.waitingAtPay("o-1")
+	if r := flowrun(t, "", "runs", "cancel", "order", "o-1", cfg); r.code != 0 {
+		t.Fatalf("runs cancel: exit %d\n%s", r.code, r.stderr)
+	}
+	if st := e.runField("o-1", "status"); st != "cancelled" {
+		t.Fatalf("run status %q after runs cancel", st)
+	}
+	// The command exported the run span before it exited.
+	if runSpans(rcv.Spans(), "o-1") == nil {
+		t.Fatal("no run span after runs cancel exited")
+	}
+	stopProc(t, p) // and the run process its visits' spans
+	rt := runSpans(rcv.Spans(), "o-1")
+	rt.check(t, "o-1", "", "cancelled", "reserve", "pay")
+	if rt.run.Error {
+		t.Errorf("a cancelled run's span has error status: %+v", rt.run)
+	}
+	for _, step := range []string{"reserve", "pay"} {
+		if n := e.stepPending("order", step); n != 0 {
+			t.Errorf("step %s: %d pending", step, n)
+		}
+	}
+}
