@@ -716,3 +716,37 @@ func TestACLDeadLetterNotWritable(t *testing.T) {
 		}
 	}
 }
+
+// TestACLSchedule: a schedule source with catch_up (GET at start, the take script each tick),
+// retry copies held in the process, dead letters and an emit to a stream, run as a user granted
+// exactly the lines of docs/acl.md.
+func TestACLSchedule(t *testing.T) {
+	e := newACLEnv(t)
+	e.grant(aclUser, []string{`source "schedule"`, "dead_letter, schedule", `emit "stream"`})
+	source := "  source \"schedule\" {\n    every    = \"1s\"\n    catch_up = \"1m\"\n  }"
+	rules := `  rule "even" {
+    when    = "payload.scheduled_at matches '[02468]Z$'"
+    outcome = "retry"
+  }
+  rule "odd" {
+    when    = "attempt < 2"
+    outcome = "retry"
+  }
+  rule "done" {
+    emit "stream" {
+      key = "jobs.done"
+    }
+    outcome = "ack"
+  }
+`
+	cfg := e.config("flow", aclUser, source, "", rules)
+	p := start(t, "run", cfg)
+	eventually(t, aclDeadline, "odd ticks emitted after a retry, even ones dead-lettered", func() bool {
+		return e.xlen("jobs.done") >= 2 && e.xlen("jobs.dlq") >= 2
+	})
+	aclStop(t, p)
+	if last, err := e.admin.Get(e.ctx, "flowrun:schedule:{jobs}:last").Result(); err != nil || last == "" {
+		t.Errorf("last tick %q (%v), want one", last, err)
+	}
+	e.checkClean(p.err.String())
+}
