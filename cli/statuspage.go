@@ -9,6 +9,7 @@ import (
 	"github.com/flowrun/flowrun/config"
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/transports"
+	"github.com/flowrun/flowrun/transports/redisrun"
 )
 
 // statusPage is the page `--http-addr` serves at / (SPEC §15). pipelines is asked at each
@@ -40,13 +41,25 @@ func (g *graph) export() status.Graph {
 	return out
 }
 
-// statusPage is the workflows running now, with their runs, as the status page shows them.
+// statusPage is the workflows running now, with their runs and their pipelines, as the status
+// page shows them.
 func (ws *workflows) statusPage() []status.Workflow {
 	var out []status.Workflow
 	for _, r := range ws.list() {
-		w := status.Workflow{Name: r.cfg.Name, Runs: r.store}
-		for _, s := range r.cfg.Steps {
+		wf := r.cfg
+		w := status.Workflow{Name: wf.Name, Runs: r.store}
+		if src := wf.Start.Source; src != nil {
+			w.Pipelines = append(w.Pipelines, status.Pipeline{Name: wf.Name, Kind: src.Kind, Key: src.NaturalKey(), Source: src.Config})
+		}
+		for _, s := range wf.Steps {
 			w.Steps = append(w.Steps, s.Name)
+			w.Pipelines = append(w.Pipelines, status.Pipeline{Name: stepPipelineName(wf.Name, s.Name), Kind: "workflow",
+				Key: redisrun.StepStream(wf.Name, s.Name)})
+			if s.Wait != nil && s.Wait.Source != nil {
+				src := s.Wait.Source
+				w.Pipelines = append(w.Pipelines, status.Pipeline{Name: config.WaitPipelineName(wf.Name, s.Name), Kind: src.Kind,
+					Key: src.NaturalKey(), Source: src.Config})
+			}
 		}
 		out = append(out, w)
 	}

@@ -118,6 +118,27 @@ func TestStatusRunsInBrowser(t *testing.T) {
 	if got := js[string](t, ctx, runCount("by-step", "check")); got != "0" {
 		t.Errorf("active at check: %q", got)
 	}
+	// the workflow's pipelines have cards: the start, each step's, the wait's events
+	for expr, want := range map[string]string{
+		cardText("order", "kind"):                                   "stream",
+		cardText("order", "key"):                                    "sr.orders",
+		cardText("order", "state"):                                  "running",
+		cardText("order/check", "kind"):                             "workflow",
+		cardText("order/check", "key"):                              "flowrun:{order}:s:check",
+		cardText("order/check", "state"):                            "running",
+		cardText("order/approve", "state"):                          "running",
+		cardText("order/pay", "state"):                              "running",
+		cardText("order.pay", "key"):                                "sr.payments",
+		cardText("order.pay", "state"):                              "running",
+		`document.querySelectorAll("#pipelines .card").length + ""`: "5",
+	} {
+		if got := js[string](t, ctx, expr); got != want {
+			t.Errorf("%s = %q, want %q", expr, got, want)
+		}
+	}
+	if got := js[string](t, ctx, cardOutcome("order", "ack")); got != "5" {
+		t.Errorf("the start pipeline acked %s, want the 5 starts", got)
+	}
 	// the newest first, all of them: as the runs index orders them (two runs started in the
 	// same millisecond are in the order of their ids there), and that is the order they were sent
 	waitJS(t, ctx, 5*time.Second, "the list of runs", `document.querySelectorAll("#runs-list li.run-item").length === 5`, `document.getElementById("runs-section").innerText`)

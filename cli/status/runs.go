@@ -27,6 +27,9 @@ type Workflow struct {
 	Name  string
 	Steps []string // declaration order
 	Runs  Runs
+	// Pipelines are the workflow's engine pipelines, each shown with a card as the files'
+	// pipelines are: the start "WF", each step's "WF/STEP", each wait's events "WF.STEP".
+	Pipelines []Pipeline
 }
 
 // Runs is where a workflow's runs are kept (transports/redisrun.Store).

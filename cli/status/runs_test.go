@@ -50,13 +50,19 @@ func newRunsFixture(t *testing.T, token string) *runsFixture {
 		ctx: context.Background(), t0: time.Now().Add(-time.Minute).Truncate(time.Millisecond)}
 	f.srv = httptest.NewServer(Handler(Options{
 		Pipelines: func() []*config.Pipeline { return nil },
-		Engine:    func() []engine.PipelineStatus { return nil },
-		Stats:     func(string) (transports.Stats, time.Time, bool) { return transports.Stats{}, time.Time{}, false },
-		Refresh:   func() {},
-		Env:       func(string) *transports.Env { return nil },
-		Graph:     func() Graph { return Graph{} },
+		Engine: func() []engine.PipelineStatus {
+			return []engine.PipelineStatus{{Name: "order/check", State: engine.StateRunning, Totals: map[string]int64{"ack": 3}}}
+		},
+		Stats:   func(string) (transports.Stats, time.Time, bool) { return transports.Stats{}, time.Time{}, false },
+		Refresh: func() {},
+		Env:     func(string) *transports.Env { return nil },
+		Graph:   func() Graph { return Graph{} },
 		Workflows: func() []Workflow {
-			return []Workflow{{Name: "order", Steps: []string{"check", "approve"}, Runs: f.store}}
+			return []Workflow{{Name: "order", Steps: []string{"check", "approve"}, Runs: f.store, Pipelines: []Pipeline{
+				{Name: "order", Kind: "stream", Key: "orders"},
+				{Name: "order/check", Kind: "workflow", Key: "flowrun:{order}:s:check"},
+				{Name: "order/approve", Kind: "workflow", Key: "flowrun:{order}:s:approve"},
+			}}}
 		},
 		AdminToken:  token,
 		SampleEvery: time.Hour, // counted once, unless an action makes the page count again
@@ -444,5 +450,21 @@ func TestUnescapeHTML(t *testing.T) {
 		if json.Unmarshal([]byte(in), &a) != nil || json.Unmarshal([]byte(want), &b) != nil || fmt.Sprint(a) != fmt.Sprint(b) {
 			t.Errorf("%s and %s are not the same JSON", in, want)
 		}
+	}
+}
+
+// A workflow's engine pipelines have cards, after the files' pipelines (none here).
+func TestAPIStatusWorkflowPipelines(t *testing.T) {
+	f := newRunsFixture(t, "")
+	var st statusJSON
+	if code := f.get("/api/status", &st); code != 200 || len(st.Pipelines) != 3 {
+		t.Fatalf("GET /api/status: %d %+v", code, st.Pipelines)
+	}
+	start, check := st.Pipelines[0], st.Pipelines[1]
+	if start.Name != "order" || start.State != engine.StateStopped || start.Source.Kind != "stream" || start.Source.Key != "orders" || start.DeadLetterAccess {
+		t.Errorf("the start's card %+v", start)
+	}
+	if check.Name != "order/check" || check.State != engine.StateRunning || check.Totals["ack"] != 3 || check.Source.Kind != "workflow" || check.Source.Key != "flowrun:{order}:s:check" {
+		t.Errorf("a step's card %+v", check)
 	}
 }

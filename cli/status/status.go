@@ -184,40 +184,63 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 		Outcomes:     engine.OutcomeLabels,
 		Pipelines:    []pipelineJSON{},
 	}
+	shown := map[string]bool{}
 	for _, p := range s.o.Pipelines() {
-		j := pipelineJSON{Name: p.Name, State: engine.StateStopped, DeadLetterKey: p.DeadLetter}
-		j.Source.Kind = p.Source.Kind
-		j.Source.Key = p.Source.NaturalKey()
-		j.NextTick = nextTick(p.Source.Config, out.Time)
-		if st, ok := running[p.Name]; ok {
-			started := st.Started.UTC()
-			j.State, j.Started, j.Rate, j.Rates, j.Totals, j.Inflight, j.Held =
-				st.State, &started, st.Rate, st.Rates, st.Totals, st.Inflight, st.Held
-		}
-		if _, ok := p.Source.Config.(transports.DeadLetterStore); ok && p.DeadLetter != "" {
-			j.DeadLetterAccess = true
-		}
-		if st, at, ok := s.o.Stats(p.Name); ok {
-			at = at.UTC()
-			j.SampledAt = &at
-			if st.Key != "" {
-				j.Source.Key = st.Key
-			}
-			j.Lag = st.LagBound
-			if j.Lag == nil {
-				j.Lag = st.Lag
-			}
-			j.LagUnknown = st.LagUnknown
-			j.Pending, j.Delayed, j.DeadLetters = st.Pending, st.Delayed, st.DeadLetters
-			if st.OldestPendingIdle != nil {
-				ms := st.OldestPendingIdle.Milliseconds()
-				j.OldestPendingMS = &ms
+		shown[p.Name] = true
+		out.Pipelines = append(out.Pipelines, s.card(Pipeline{Name: p.Name, Kind: p.Source.Kind, Key: p.Source.NaturalKey(),
+			DeadLetter: p.DeadLetter, Source: p.Source.Config}, running, out.Time))
+	}
+	// then the workflows' pipelines (the start, each step's, each wait's events), after the files'
+	for _, wf := range s.workflowList() {
+		for _, p := range wf.Pipelines {
+			if !shown[p.Name] {
+				shown[p.Name] = true
+				out.Pipelines = append(out.Pipelines, s.card(p, running, out.Time))
 			}
 		}
-		out.Pipelines = append(out.Pipelines, j)
 	}
 	out.GraphSignature = graphSignature(s.o.Graph())
 	writeJSON(w, http.StatusOK, out)
+}
+
+// Pipeline is an engine pipeline as its card shows it: its name, its source's kind and key, its
+// dead letter ("" none shown) and its source's configuration (nil: none).
+type Pipeline struct {
+	Name, Kind, Key, DeadLetter string
+	Source                      transports.Config
+}
+
+// card is a pipeline's card: what the engine and the sampler report of it.
+func (s *server) card(p Pipeline, running map[string]engine.PipelineStatus, now time.Time) pipelineJSON {
+	j := pipelineJSON{Name: p.Name, State: engine.StateStopped, DeadLetterKey: p.DeadLetter}
+	j.Source.Kind, j.Source.Key = p.Kind, p.Key
+	j.NextTick = nextTick(p.Source, now)
+	if st, ok := running[p.Name]; ok {
+		started := st.Started.UTC()
+		j.State, j.Started, j.Rate, j.Rates, j.Totals, j.Inflight, j.Held =
+			st.State, &started, st.Rate, st.Rates, st.Totals, st.Inflight, st.Held
+	}
+	if _, ok := p.Source.(transports.DeadLetterStore); ok && p.DeadLetter != "" {
+		j.DeadLetterAccess = true
+	}
+	if st, at, ok := s.o.Stats(p.Name); ok {
+		at = at.UTC()
+		j.SampledAt = &at
+		if st.Key != "" {
+			j.Source.Key = st.Key
+		}
+		j.Lag = st.LagBound
+		if j.Lag == nil {
+			j.Lag = st.Lag
+		}
+		j.LagUnknown = st.LagUnknown
+		j.Pending, j.Delayed, j.DeadLetters = st.Pending, st.Delayed, st.DeadLetters
+		if st.OldestPendingIdle != nil {
+			ms := st.OldestPendingIdle.Milliseconds()
+			j.OldestPendingMS = &ms
+		}
+	}
+	return j
 }
 
 // pipeline finds a configured pipeline by name.
