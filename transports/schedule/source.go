@@ -333,6 +333,10 @@ func (s *Source) Settle(ctx context.Context, batch []engine.Settlement) error {
 		names = "schedule " + s.opts.Pipeline
 	)
 	for i, st := range batch {
+		if st.Delivery == nil {
+			se.Add(redisconn.Fault(i, st.Action.String(), names, fmt.Errorf("schedule: settlement without a delivery: %w", engine.ErrPermanent)))
+			continue
+		}
 		tok, _ := st.Delivery.Token.(*token)
 		if tok == nil {
 			tok = &token{}
