@@ -33,11 +33,16 @@ func LastKey(pipeline string) string { return Prefix(pipeline) + "last" }
 
 // claimScript takes a tick with SET NX PX (the value names the owner) and, when it did, raises
 // the last-fired tick to it, both in one step so that a tick taken is always at or before
-// "last": catch_up, which starts after "last", never fires a tick twice whatever expired.
+// "last": catch_up, which starts after "last", never fires a tick twice whatever expired. A
+// key that already holds this owner's name is its own take whose reply was lost: a retry owns
+// it still.
 //
 //	KEYS[1] tick key  KEYS[2] last key  ARGV[1] tick ms  ARGV[2] expiry ms  ARGV[3] owner
 var claimScript = redis.NewScript(`
 if not redis.call('SET', KEYS[1], ARGV[3], 'NX', 'PX', ARGV[2]) then
+  if redis.call('GET', KEYS[1]) == ARGV[3] then
+    return 1
+  end
   return 0
 end
 local last = tonumber(redis.call('GET', KEYS[2]) or '')

@@ -22,15 +22,16 @@ Every process computes the same ticks: ` + "`every`" + ` ticks at whole multiple
 Unix epoch, whatever the process's start time. At a tick each process runs one script that
 takes the tick with
 
-    SET flowrun:schedule:{<pipeline>}:<tick in Unix ms> <host>:<pid> NX PX <expiry>
+    SET flowrun:schedule:{<pipeline>}:<tick in Unix ms> <host>:<pid>:<n> NX PX <expiry>
 
 and only the one whose ` + "`SET`" + ` succeeded handles the tick; the same script raises
 ` + "`flowrun:schedule:{<pipeline>}:last`" + ` (the newest tick taken, in Unix ms) to it. A tick's key
 expires after ` + "`catch_up`" + ` plus one hour and one minute, long after any process still tries it;
 ` + "`last`" + ` never expires (one small key per schedule). Both keys carry the hash tag ` + "`{<pipeline>}`" + `, one
 Cluster slot. Ticks fire by the clock of the process that takes them: keep the hosts' clocks in
-sync (NTP). Without any redis block (a pipeline, not a workflow) the ticks are taken within the
-process, and a reload continues from the newest one taken.
+sync (NTP). The source uses its ` + "`redis`" + ` block, or the only one declared; without any redis block
+(a pipeline, not a workflow) the ticks are taken within the process, and a reload continues from
+the newest one taken.
 
 A process whose handlers are all busy at a tick, or whose Redis does not answer, still takes the
 tick up to one minute late (` + "`catch_up`" + ` longer); after that the tick is skipped, and
@@ -64,6 +65,8 @@ The process that takes a tick is the only one that handles it. If it dies (` + "
 after its ` + "`SET`" + ` succeeded and before the handler finished, **the tick is lost**: its key says it
 was taken, so no other process takes it, and ` + "`catch_up`" + ` does not bring it back either (it starts
 after ` + "`last`" + `, which the take raised). Its retry copies held in the process are lost the same way.
+(A take whose reply was lost, the connection broken, is not lost: the process retries it, and a
+key that holds its own name is its own.)
 A clean stop (SIGINT, SIGTERM) takes no new tick and lets the handlers in flight finish within
 ` + "`shutdown_timeout`" + `; copies still held are dropped and logged. Work that must not be lost should
 go through a workflow (a schedule ` + "`start`" + `): the run is written to Redis as the tick is handled, and

@@ -82,6 +82,9 @@ type Source struct {
 
 var _ engine.Source = (*Source)(nil)
 
+// sourceSeq numbers the sources of this process, for their owner names.
+var sourceSeq atomic.Int64
+
 // token is what Delivery.Token holds: whether its copy was taken, so a batch the engine sends
 // again holds or writes no copy twice.
 type token struct{ done bool }
@@ -100,9 +103,11 @@ func New(client redis.UniversalClient, opts Options, log zerolog.Logger) (*Sourc
 		s.claims = memClaimer{pipeline: opts.Pipeline}
 		s.state = redisconn.NewStateLog(log, "schedule")
 	} else {
+		// The owner names this source, not only the process: a reload's new source in the same
+		// process must not pass for the old one.
 		host, _ := os.Hostname()
 		s.claims = &redisClaimer{c: client, pipeline: opts.Pipeline, expiry: opts.Expiry(),
-			owner: fmt.Sprintf("%s:%d", host, os.Getpid())}
+			owner: fmt.Sprintf("%s:%d:%d", host, os.Getpid(), sourceSeq.Add(1))}
 		s.state = redisconn.NewStateLog(log, "schedule ticks", redisconn.SecretsOf(client)...)
 	}
 	return s, nil

@@ -184,3 +184,21 @@ func TestDeadLetterToStream(t *testing.T) {
 		t.Errorf("dead letters %v (%v), want one with x-scheduled-at %s", entries, err, d.Headers[HeaderScheduledAt])
 	}
 }
+
+// A take retried after a lost reply finds its own name in the key and owns the tick; another
+// source does not.
+func TestRetriedTakeOwnsItsOwnTick(t *testing.T) {
+	srv := redistest.Shared(t)
+	opts := Options{Pipeline: "retake", Clock: everySecond(t)}
+	mine, other := newSource(t, srv.Client(t), opts), newSource(t, srv.Client(t), opts)
+	tick := time.Now().Truncate(time.Second)
+	for i, want := range []struct {
+		s    *Source
+		owns bool
+	}{{mine, true}, {mine, true}, {other, false}} {
+		owned, err := want.s.claims.Claim(context.Background(), tick)
+		if err != nil || owned != want.owns {
+			t.Errorf("take %d: owned %v (%v), want %v", i+1, owned, err, want.owns)
+		}
+	}
+}
