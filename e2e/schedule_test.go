@@ -309,7 +309,8 @@ func TestScheduleStartsWorkflowRuns(t *testing.T) {
   }
 }
 `
-	a := start(t, "run", "--consumer", "w1", e.schedConfig("a", body))
+	addr := freeAddr(t)
+	a := start(t, "run", "--consumer", "w1", "--http-addr", addr, e.schedConfig("a", body))
 	cfg := e.schedConfig("b", body)
 	b := start(t, "run", "--consumer", "w2", cfg)
 	var runs []struct {
@@ -329,6 +330,26 @@ func TestScheduleStartsWorkflowRuns(t *testing.T) {
 		}
 		return done >= 3
 	})
+	// the status page's card of the workflow's start shows the next tick
+	code, page := httpGet("http://" + addr + "/api/status")
+	var st struct {
+		Pipelines []struct {
+			Name     string     `json:"name"`
+			NextTick *time.Time `json:"next_tick"`
+		} `json:"pipelines"`
+	}
+	if err := json.Unmarshal([]byte(page), &st); code != 200 || err != nil {
+		t.Fatalf("GET /api/status: %d %v\n%s", code, err, page)
+	}
+	var next *time.Time
+	for _, p := range st.Pipelines {
+		if p.Name == "nightly" {
+			next = p.NextTick
+		}
+	}
+	if next == nil || time.Until(*next) > 2*time.Second || time.Since(*next) > 5*time.Second {
+		t.Errorf("the start's card shows next tick %v, want a second from now:\n%s", next, page)
+	}
 	streamStop(t, a)
 	streamStop(t, b)
 	r := flowrun(t, "", "runs", "list", "nightly", "--json", cfg)
