@@ -101,8 +101,11 @@ func (c *Config) Decode(b *transports.Block) {
 	switch {
 	case cr != nil && a.OK("cron"):
 		clock, err := ParseCron(a.String("cron"), loc)
-		if err != nil {
+		switch {
+		case err != nil:
 			b.Report(transports.InvalidValue(cr, fmt.Sprintf("Not a cron expression: %v.", err)))
+		case clock.Next(time.Now()).IsZero():
+			b.Report(transports.InvalidValue(cr, fmt.Sprintf("%q names no date that exists (such as 30 February or 31 April): it would never tick.", a.String("cron"))))
 		}
 		c.Clock = clock
 	case ev != nil && cr == nil && a.OK("every"):

@@ -52,3 +52,11 @@ func TestRedisOptional(t *testing.T) {
 		t.Errorf("dead_letter without redis: %q", diags)
 	}
 }
+
+// A cron expression that never matches is refused at its position.
+func TestCronThatNeverTicks(t *testing.T) {
+	_, diags := load(t, strings.NewReplacer(`every = "1s"`, `cron = "0 0 30 2 *"`, "%s", "").Replace(tickPipeline))
+	if !strings.Contains(diags, `flow.hcl:3,12-24: Invalid value; "0 0 30 2 *" names no date that exists`) {
+		t.Errorf("diagnostics %q", diags)
+	}
+}
