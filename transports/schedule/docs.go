@@ -7,7 +7,7 @@ const scheduleDoc = `Starts work on a clock: one message per tick of ` + "`cron`
 ` + "`timezone`" + `) or of ` + "`every`" + ` (an interval), in a pipeline or in a workflow's ` + "`start`" + `. The cron
 expression is parsed by [robfig/cron](https://github.com/robfig/cron) (` + "`ParseStandard`" + `); descriptors such as
 ` + "`@daily`" + ` are refused, since ` + "`every`" + ` and ` + "`timezone`" + ` say the same. ` + "`flowrun validate`" + ` reports a
-malformed ` + "`cron`" + `, an unknown ` + "`timezone`" + `, or both or neither of ` + "`cron`" + ` and ` + "`every`" + `, each at its
+malformed ` + "`cron`" + ` (or one naming no date that exists, such as 30 February), an unknown ` + "`timezone`" + `, or both or neither of ` + "`cron`" + ` and ` + "`every`" + `, each at its
 position. ` + "`flowrun inspect`" + ` (the ` + "`NEXT-DUE`" + ` column, ` + "`next_tick`" + ` in ` + "`--json`" + `) and the status page show
 the next tick. A runnable example with tests: ` + "`examples/heartbeat.hcl`" + `.
 
