@@ -381,3 +381,32 @@ func TestScheduleStartsWorkflowRuns(t *testing.T) {
 		t.Error("the workflow's schedule kept no last tick")
 	}
 }
+
+// A tick another process took (and died with, as kill -9 leaves it) is not fired again: its
+// key says taken. The ticks around it fire.
+func TestScheduleTakenTickIsNotRefired(t *testing.T) {
+	e := newRedisEnv(t)
+	taken := time.Now().Truncate(time.Second).Add(5 * time.Second) // well after the start
+	key := fmt.Sprintf("flowrun:schedule:{tick}:%d", taken.UnixMilli())
+	if err := e.rdb.Set(context.Background(), key, "gone-host:1:1", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, "run", e.schedConfig("a", schedPipeline("a", "")))
+	eventually(t, 30*time.Second, "a tick after the taken one", func() bool {
+		ticks, _ := e.schedTicks()
+		return slices.ContainsFunc(ticks, func(x time.Time) bool { return x.After(taken) })
+	})
+	streamStop(t, p)
+	ticks, _ := e.schedTicks()
+	if slices.ContainsFunc(ticks, func(x time.Time) bool { return x.Equal(taken) }) {
+		t.Errorf("the tick %s another process took fired here too: %v", taken, ticks)
+	}
+	for _, near := range []time.Time{taken.Add(-time.Second), taken.Add(time.Second)} {
+		if !slices.ContainsFunc(ticks, func(x time.Time) bool { return x.Equal(near) }) {
+			t.Errorf("tick %s missing: %v", near, ticks)
+		}
+	}
+	if v := e.rdb.Get(context.Background(), key).Val(); v != "gone-host:1:1" {
+		t.Errorf("%s = %q, want the dead owner's name kept", key, v)
+	}
+}
