@@ -166,7 +166,7 @@ func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 		}
 		if skipped > 0 {
 			s.log.Warn().Int("ticks", skipped).Int64("late_ms", s.opts.window().Milliseconds()).
-				Msg("schedule ticks skipped: more than late behind (handlers busy, Redis down or the process paused)")
+				Msg("schedule ticks skipped: too late to take (handlers busy, Redis down or the process paused)")
 			skipped = 0
 		}
 		owned, err := s.claim(ctx, tick)
