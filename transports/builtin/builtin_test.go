@@ -35,6 +35,7 @@ func TestCapabilitiesAtLoadMatchTheSource(t *testing.T) {
 		"pubsub":  `source "pubsub" { channels = ["c"] }`,
 		"file":    `source "file" { path = "in.jsonl" }`,
 		"pipe":    "source \"pipe\" {}\nout_retry = \"again\"",
+		"tick":    `source "schedule" { every = "1m" }`,
 	} {
 		src += "pipeline \"" + name + "\" {\n" + body + "\nrule \"r\" {\n outcome = \"ack\"\n}\n}\n"
 	}
