@@ -97,14 +97,32 @@ func checkWhere(where string) error {
 	return nil
 }
 
-// filterSlots bounds the filters running: one per client address, maxFilters in all.
-type filterSlots struct {
-	mu      sync.Mutex
-	clients map[string]bool
+// clientSlots bounds work a visitor asks for (a filter, a list of runs): one at a time per
+// client address, maxFilters in all. busy and full (a format of that count) are the refusals.
+type clientSlots struct {
+	busy, full string
+	mu         sync.Mutex
+	clients    map[string]bool
 }
 
 // take returns a release, or the reason the request must wait (answered 429).
-func (s *filterSlots) take(r *http.Request) (func(), error) {
+// filterSlots are the dead-letter filters' slots.
+func filterSlots() *clientSlots {
+	return &clientSlots{
+		busy: "where: a filter sent from this address is still running; one at a time per client",
+		full: "where: %d filters are running, the most at once; try again shortly",
+	}
+}
+
+// scanSlots are the slots of lists of runs (runs.go): each walks every run kept.
+func scanSlots() *clientSlots {
+	return &clientSlots{
+		busy: "runs: a list of runs sent from this address is still being read; one at a time per client",
+		full: "runs: %d lists of runs are being read, the most at once; try again shortly",
+	}
+}
+
+func (s *clientSlots) take(r *http.Request) (func(), error) {
 	client, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		client = r.RemoteAddr
@@ -116,9 +134,9 @@ func (s *filterSlots) take(r *http.Request) (func(), error) {
 	}
 	switch {
 	case s.clients[client]:
-		return nil, errors.New("where: a filter sent from this address is still running; one at a time per client")
+		return nil, errors.New(s.busy)
 	case len(s.clients) >= maxFilters:
-		return nil, fmt.Errorf("where: %d filters are running, the most at once; try again shortly", maxFilters)
+		return nil, fmt.Errorf(s.full, maxFilters)
 	}
 	s.clients[client] = true
 	return func() {

@@ -52,7 +52,7 @@ func TestFilterBudgetRefusals(t *testing.T) {
 }
 
 func TestFilterSlots(t *testing.T) {
-	var s filterSlots
+	s := filterSlots()
 	req := func(addr string) *http.Request { return &http.Request{RemoteAddr: addr} }
 	release, err := s.take(req("10.0.0.1:4000"))
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
 	"sort"
@@ -285,33 +284,6 @@ func (s *server) runList(w http.ResponseWriter, r *http.Request) {
 			StartedAt: timePtr(st.StartedAt), UpdatedAt: timePtr(st.UpdatedAt)})
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// scanSlots lets one list of runs walk per client address at a time.
-type scanSlots struct {
-	mu      sync.Mutex
-	clients map[string]bool
-}
-
-func (s *scanSlots) take(r *http.Request) (func(), error) {
-	client, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		client = r.RemoteAddr
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.clients == nil {
-		s.clients = map[string]bool{}
-	}
-	if s.clients[client] || len(s.clients) >= maxFilters {
-		return nil, errors.New("runs: a list of runs sent from this address (or too many in all) is still being read; try again shortly")
-	}
-	s.clients[client] = true
-	return func() {
-		s.mu.Lock()
-		delete(s.clients, client)
-		s.mu.Unlock()
-	}, nil
 }
 
 // eventJSON is one entry of a run's timeline.

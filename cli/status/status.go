@@ -57,14 +57,14 @@ type Options struct {
 
 type server struct {
 	o      Options
-	slots  filterSlots // the filters running (budget.go)
-	counts runCounts   // the runs per status, counted at most so often (runs.go)
-	scans  scanSlots   // the lists of runs being read (runs.go)
+	slots  *clientSlots // the filters running (budget.go)
+	counts runCounts    // the runs per status, counted at most so often (runs.go)
+	scans  *clientSlots // the lists of runs being read (runs.go)
 }
 
 // Handler serves the page at / and the API under /api/. Other paths are not found.
 func Handler(o Options) http.Handler {
-	s := &server{o: o}
+	s := &server{o: o, slots: filterSlots(), scans: scanSlots()}
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(assets, "assets")
 	mux.HandleFunc("GET /{$}", s.index)
