@@ -65,6 +65,21 @@ func (b *Block) PipelineAttrs() Attributes { return Attributes{m: b.Pipeline.Att
 // Report adds diagnostics.
 func (b *Block) Report(diags ...*hcl.Diagnostic) { b.diags = append(b.diags, diags...) }
 
+// OneOf reports unless exactly one of the attributes x and y (nil when not written) is: both,
+// at the later one, with the detail both; neither, at the block, with the detail neither.
+func (b *Block) OneOf(x, y *hcl.Attribute, both, neither string) {
+	switch {
+	case x != nil && y != nil:
+		second := y
+		if x.NameRange.Start.Byte > y.NameRange.Start.Byte {
+			second = x
+		}
+		b.Report(&hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Conflicting arguments", Detail: both, Subject: second.NameRange.Ptr()})
+	case x == nil && y == nil:
+		b.Report(&hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Missing required argument", Detail: neither, Subject: b.DefRange.Ptr()})
+	}
+}
+
 // Diagnostics returns what was reported.
 func (b *Block) Diagnostics() hcl.Diagnostics { return b.diags }
 

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/hashicorp/hcl/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flowrun/flowrun/codec"
@@ -74,26 +73,9 @@ var (
 func (c *Config) Decode(b *transports.Block) {
 	a, p := b.Values(pubsubAttrs), b.PipelineValues(pubsubPipelineAttrs)
 	ch, pa := a.Attr("channels"), a.Attr("patterns")
-	switch {
-	case ch != nil && pa != nil:
-		second := pa
-		if ch.NameRange.Start.Byte > pa.NameRange.Start.Byte {
-			second = ch
-		}
-		b.Report(&hcl.Diagnostic{
-			Severity: hcl.DiagError,
-			Summary:  "Conflicting arguments",
-			Detail:   `A pubsub source takes "channels" or "patterns", not both.`,
-			Subject:  second.NameRange.Ptr(),
-		})
-	case ch == nil && pa == nil:
-		b.Report(&hcl.Diagnostic{
-			Severity: hcl.DiagError,
-			Summary:  "Missing required argument",
-			Detail:   `A pubsub source needs "channels" or "patterns" (a list).`,
-			Subject:  b.DefRange.Ptr(),
-		})
-	}
+	b.OneOf(ch, pa,
+		`A pubsub source takes "channels" or "patterns", not both.`,
+		`A pubsub source needs "channels" or "patterns" (a list).`)
 	c.Channels = a.Strings("channels")
 	c.Patterns = a.Strings("patterns")
 

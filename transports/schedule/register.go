@@ -67,26 +67,9 @@ var (
 func (c *Config) Decode(b *transports.Block) {
 	a := b.Values(scheduleAttrs)
 	cr, ev, tz := a.Attr("cron"), a.Attr("every"), a.Attr("timezone")
-	switch {
-	case cr != nil && ev != nil:
-		second := ev
-		if cr.NameRange.Start.Byte > ev.NameRange.Start.Byte {
-			second = cr
-		}
-		b.Report(&hcl.Diagnostic{
-			Severity: hcl.DiagError,
-			Summary:  "Conflicting arguments",
-			Detail:   `A schedule source takes "cron" or "every", not both.`,
-			Subject:  second.NameRange.Ptr(),
-		})
-	case cr == nil && ev == nil:
-		b.Report(&hcl.Diagnostic{
-			Severity: hcl.DiagError,
-			Summary:  "Missing required argument",
-			Detail:   `A schedule source needs "cron" (five fields, "0 2 * * *") or "every" (an interval, "30s").`,
-			Subject:  b.DefRange.Ptr(),
-		})
-	}
+	b.OneOf(cr, ev,
+		`A schedule source takes "cron" or "every", not both.`,
+		`A schedule source needs "cron" (five fields, "0 2 * * *") or "every" (an interval, "30s").`)
 	loc := time.UTC
 	if tz != nil && a.OK("timezone") {
 		if l, err := loadZone(a.String("timezone")); err != nil {
