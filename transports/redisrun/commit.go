@@ -18,7 +18,11 @@ const maxCommit = 256
 // while none is in flight sends every creation queued by then in one pipeline, and again for
 // those queued meanwhile, answering each. A start handler's work is that one write, so its
 // cost is the round trip; sharing it is what makes the start keep up with the steps, which
-// settle in batches. The zero value is ready.
+// settle in batches. A failed round trip (Redis away for a moment, or refusing the write for
+// good) fails each creation in it: each start handler answers retry with the error, so its
+// start message is tried again under the start's max_attempts, as a lone creation was. The
+// leader's context carries the round trip, as each caller's own would: they share one
+// pipeline's grace. The zero value is ready.
 type committer struct {
 	mu      sync.Mutex
 	queue   []*createReq
@@ -32,8 +36,9 @@ type createReq struct {
 	done chan struct{}
 }
 
-// createShared is Create through the store's committer.
-func (s *Store) createShared(ctx context.Context, st *workflow.State, t workflow.Transition) (bool, error) {
+// Create writes a new run and enters its first step; false when a run with that id exists
+// (active, or finished within retention). Concurrent calls share a round trip (committer).
+func (s *Store) Create(ctx context.Context, st *workflow.State, t workflow.Transition) (bool, error) {
 	if t.Run == "" {
 		t.Run = st.ID
 	}
@@ -73,15 +78,22 @@ func (s *Store) sendCreates(ctx context.Context, batch []*createReq) {
 	}
 	perr := redisconn.ExecPipe(ctx, pipe)
 	for i, r := range batch {
-		v, err := cmds[i].Result()
-		if perr == nil && redisconn.IsNoScript(err) {
-			v, err = applyScript.Eval(ctx, s.c, keys[i], args[i]...).Result()
-		}
-		if err = redisconn.FirstErr(err, perr); err != nil {
+		v, err := s.reply(ctx, applyScript, cmds[i], keys[i], args[i], perr)
+		if err != nil {
 			r.err = fmt.Errorf("redisrun: %s run %s: %w", s.g.Name, r.op.t.Run, err)
 		} else if r.ok, _, r.err = result(v); r.ok {
 			s.done(r.op.t, r.op.create.StartedAt, r.op.trace())
 		}
 		close(r.done)
 	}
+}
+
+// reply is cmd's answer from a pipeline that ended with perr, sent again alone with EVAL when
+// Redis had lost the script (a restart, SCRIPT FLUSH).
+func (s *Store) reply(ctx context.Context, sc *redis.Script, cmd *redis.Cmd, keys []string, args []any, perr error) (any, error) {
+	v, err := cmd.Result()
+	if perr == nil && redisconn.IsNoScript(err) {
+		v, err = sc.Eval(ctx, s.c, keys, args...).Result()
+	}
+	return v, redisconn.FirstErr(err, perr)
 }

@@ -27,7 +27,7 @@ func TestSharedCreatesAnswerEachCaller(t *testing.T) {
 			id := fmt.Sprintf("r%d", i%150) // ids 0..49 asked twice
 			st := &workflow.State{ID: id, Workflow: "order", Status: workflow.Running, Step: "reserve", Visit: 1,
 				Input: []byte(`{}`), StartedAt: now, UpdatedAt: now}
-			got[i], errs[i] = e.s.createShared(e.ctx, st, workflow.Transition{Visit: 0, Status: workflow.Running, Enter: "reserve", At: now})
+			got[i], errs[i] = e.s.Create(e.ctx, st, workflow.Transition{Visit: 0, Status: workflow.Running, Enter: "reserve", At: now})
 		}()
 	}
 	wg.Wait()

@@ -111,11 +111,8 @@ func (op *settleOp) script() *redis.Script {
 // result reads one op's reply (sent again with EVAL when Redis had lost the script) and says
 // whether the delivery is settled.
 func (src *stepSource) result(ctx context.Context, op *settleOp, perr error, fail func(int, string, string, error)) bool {
-	v, err := op.cmd.Result()
-	if perr == nil && redisconn.IsNoScript(err) {
-		v, err = op.script().Eval(ctx, src.s.c, op.keys, op.args...).Result()
-	}
-	if err = redisconn.FirstErr(err, perr); err != nil {
+	v, err := src.s.reply(ctx, op.script(), op.cmd, op.keys, op.args, perr)
+	if err != nil {
 		fail(op.idx, "evalsha", op.key, err)
 		return false
 	}

@@ -53,7 +53,7 @@ func (s *Store) StartHandler(runID func(d *engine.Delivery) (string, error), fin
 		st, t := s.g.Start(id, startInput(d.Payload), time.Now())
 		st.Fingerprint = fingerprint
 		st.TraceParent = s.runTrace(ctx, id)
-		ok, err := s.createShared(ctx, st, t)
+		ok, err := s.Create(ctx, st, t)
 		switch {
 		case err != nil:
 			return engine.Result{Outcome: engine.Retry(), Err: err}

@@ -236,6 +236,7 @@ func (s *Store) done(t workflow.Transition, started time.Time, trace string) {
 	}
 }
 
+// exec applies op alone (Apply, a timeout, a cancel, a retry).
 func (s *Store) exec(ctx context.Context, op applyOp) (bool, error) {
 	keys, args := s.call(op)
 	v, err := applyScript.Run(ctx, s.c, keys, args...).Result()
@@ -247,21 +248,9 @@ func (s *Store) exec(ctx context.Context, op applyOp) (bool, error) {
 		return false, err
 	}
 	if ok {
-		if op.create != nil {
-			started = op.create.StartedAt
-		}
 		s.done(op.t, started, op.trace())
 	}
 	return ok, nil
-}
-
-// Create writes a new run and enters its first step; false when a run with that id exists
-// (active, or finished within retention).
-func (s *Store) Create(ctx context.Context, st *workflow.State, t workflow.Transition) (bool, error) {
-	if t.Run == "" {
-		t.Run = st.ID
-	}
-	return s.exec(ctx, applyOp{create: st, t: t})
 }
 
 // Apply applies t; false when the run's visit is no longer t.Visit (nothing changed).
