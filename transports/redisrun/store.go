@@ -292,7 +292,7 @@ func (s *Store) Get(ctx context.Context, id string) (*workflow.State, error) {
 const listPage = 200
 
 // List reads runs newest first (by start), of one status when status is not "", at most limit
-// (<= 0: all). Outputs and history are not loaded. Runs whose record expired leave the index here.
+// (<= 0: all). Outputs and history are not loaded; runs whose record expired are skipped.
 func (s *Store) List(ctx context.Context, status workflow.Status, limit int) ([]*workflow.State, error) {
 	var out []*workflow.State
 	err := s.scan(ctx, func(id string, h map[string]string) (bool, error) {
@@ -307,9 +307,10 @@ func (s *Store) List(ctx context.Context, status workflow.Status, limit int) ([]
 }
 
 // scan reads the runs index newest first, page by page, with each run's hash, until each
-// returns false; ids whose hash is gone (expired) are removed from the index.
+// returns false. Ids whose hash is gone (expired) are skipped, not removed: a read changes
+// nothing (the status page's GETs call it, SPEC §15); RunTimers' hygiene prunes the index.
 func (s *Store) scan(ctx context.Context, each func(id string, h map[string]string) (bool, error)) error {
-	for start := int64(0); ; {
+	for start := int64(0); ; start += listPage {
 		ids, err := s.c.ZRevRange(ctx, s.k.runs(), start, start+listPage-1).Result()
 		if err != nil {
 			return fmt.Errorf("redisrun: read runs of %s: %w", s.g.Name, err)
@@ -325,13 +326,11 @@ func (s *Store) scan(ctx context.Context, each func(id string, h map[string]stri
 		if err := redisconn.ExecPipe(ctx, pipe); err != nil {
 			return fmt.Errorf("redisrun: read runs of %s: %w", s.g.Name, err)
 		}
-		var gone []any
 		for i, h := range hs {
 			if err := h.Err(); err != nil {
 				return fmt.Errorf("redisrun: read run %s: %w", ids[i], err)
 			}
 			if len(h.Val()) == 0 {
-				gone = append(gone, ids[i])
 				continue
 			}
 			more, err := each(ids[i], h.Val())
@@ -339,12 +338,6 @@ func (s *Store) scan(ctx context.Context, each func(id string, h map[string]stri
 				return err
 			}
 		}
-		if len(gone) > 0 {
-			if err := s.c.ZRem(ctx, s.k.runs(), gone...).Err(); err != nil {
-				return fmt.Errorf("redisrun: prune runs of %s: %w", s.g.Name, err)
-			}
-		}
-		start += int64(len(ids) - len(gone))
 	}
 }
 
