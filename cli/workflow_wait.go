@@ -21,7 +21,7 @@ func (w *wiring) waitPipelines(ctx context.Context, wf *config.Workflow, store *
 	if w.tel != nil {
 		tracer = w.tel.Pipeline(name, "redis")
 	}
-	step := assemble(s.Pipeline, name, src, store.WaitHandler(s.Name), nil, tracer, log)
+	step := assemble(s.Pipeline, name, src, store.WaitHandler(), nil, tracer, log)
 	step.DeadLetter = workflowDeadLetter(wf)
 	events, err := w.sourcePipeline(ctx, s.Wait.Pipeline, config.WaitPipelineName(wf.Name, s.Name),
 		store.EventHandler(s.Name, s.KeepFor(), s.Wait.Correlate.EvalString))

@@ -390,7 +390,8 @@ type Visit struct {
 	// Fan is set by a for_each step's handler (NewForEachHandler): which of the step's
 	// messages the delivery is, and what its settlement writes.
 	Fan *Fan
-	// Parked is set by a wait step's handler when the visit parked the run (or handed its kept
-	// event on): the step source's settlement only acknowledges the delivery.
-	Parked bool
+	// Park is set by a wait step's handler for a visit that has no event yet: its settlement
+	// parks the run (or hands a kept event on) and acknowledges the delivery, in one script
+	// with the batch's other settlements.
+	Park bool
 }

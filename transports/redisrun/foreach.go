@@ -109,7 +109,7 @@ func (src *stepSource) planFan(ctx context.Context, i int, st *engine.Settlement
 			}
 			return nil, true, fmt.Errorf("fan-out %s acknowledged without its for_each list: %w", d.ID, engine.ErrPermanent)
 		}
-		op.fan = fanScript
+		op.own = fanScript
 		op.keys = []string{src.s.k.run(d.Run.ID), src.s.k.fanJoin(d.Run.ID, d.Run.Visit), src.stream, src.s.k.fans()}
 		op.args = make([]any, 0, 7+len(fan.Items))
 		op.args = append(op.args, src.s.g.Name, d.ID, itoa(d.Run.Visit), timerMember(d.Run.ID, d.Run.Visit),
@@ -126,7 +126,7 @@ func (src *stepSource) planFan(ctx context.Context, i int, st *engine.Settlement
 			op.keys, op.args = src.s.call(applyOp{t: t, prev: v.State, ackStream: src.stream, ackID: d.ID})
 			return op, true, nil
 		}
-		op.fan = itemScript
+		op.own = itemScript
 		op.keys = []string{src.s.k.run(d.Run.ID), src.s.k.fanJoin(d.Run.ID, d.Run.Visit), src.stream}
 		op.args = []any{src.s.g.Name, d.ID, itoa(d.Run.Visit), itoa(fan.Index), string(out), d.Run.ID, tp}
 	case workflow.FanJoin:

@@ -23,7 +23,7 @@ type settleOp struct {
 	keys []string
 	args []any
 	copy bool          // copyScript; else applyScript
-	fan  *redis.Script // a for_each script (foreach.go), whose reply says nothing to read
+	own  *redis.Script // a script of its own (a fan-out's, a park), whose reply says nothing to read
 	t    workflow.Transition
 	// trace is the run's trace context (read with the run): its span when t ends it.
 	trace string
@@ -59,7 +59,7 @@ func (src *stepSource) Settle(ctx context.Context, batch []engine.Settlement) er
 		switch {
 		case st.Delivery == nil:
 			fail(i, "settle", src.stream, fmt.Errorf("settlement without a delivery: %w", engine.ErrPermanent))
-		case v == nil || v.Stale || v.Parked || v.State == nil:
+		case v == nil || v.Stale || v.State == nil:
 			acks, ackIdx = append(acks, st.Delivery.ID), append(ackIdx, i)
 		default:
 			op, err := src.plan(ctx, i, st, v, now)
@@ -99,8 +99,8 @@ func (src *stepSource) Settle(ctx context.Context, batch []engine.Settlement) er
 }
 
 func (op *settleOp) script() *redis.Script {
-	if op.fan != nil {
-		return op.fan
+	if op.own != nil {
+		return op.own
 	}
 	if op.copy {
 		return copyScript
@@ -116,7 +116,7 @@ func (src *stepSource) result(ctx context.Context, op *settleOp, perr error, fai
 		fail(op.idx, "evalsha", op.key, err)
 		return false
 	}
-	if op.copy || op.fan != nil {
+	if op.copy || op.own != nil {
 		return true
 	}
 	applied, started, err := result(v)
@@ -142,6 +142,9 @@ func visitOf(d *engine.Delivery) *workflow.Visit {
 func (src *stepSource) plan(ctx context.Context, i int, st *engine.Settlement, v *workflow.Visit, now time.Time) (*settleOp, error) {
 	d := st.Delivery
 	g := src.s.g
+	if v.Park && st.Action == engine.ActAck {
+		return src.planPark(i, d, v), nil
+	}
 	if op, handled, err := src.planFan(ctx, i, st, v, now); handled {
 		return op, err
 	}

@@ -93,15 +93,15 @@ return due
 
 // WaitHandler is the handler of a wait step's pipeline (its stream read by StepSource). A
 // delivery that carries its kept event finishes the step with it (the settlement's ack); any
-// other parks the run or hands its kept event on (parkScript), and settles as an ack of the
-// delivery alone: a waiting run holds no handler and nothing in this process.
-func (s *Store) WaitHandler(step string) engine.Handler {
-	return engine.HandlerFunc(func(ctx context.Context, d *engine.Delivery) engine.Result {
+// other is marked Park: its settlement parks the run or hands its kept event on (parkScript),
+// so the handler does no I/O, and a waiting run holds no handler and nothing in this process.
+func (s *Store) WaitHandler() engine.Handler {
+	return engine.HandlerFunc(func(_ context.Context, d *engine.Delivery) engine.Result {
 		v, _ := d.Run.State.(*workflow.Visit)
 		if v == nil || v.State == nil {
 			return engine.Result{Outcome: engine.Retry(), Err: errors.New("wait step: delivery without a run visit")}
 		}
-		v.Label, v.Parked = "", false
+		v.Label, v.Park = "", false
 		if v.Stale {
 			return engine.Result{Outcome: engine.Ack(), Duplicate: true}
 		}
@@ -110,36 +110,25 @@ func (s *Store) WaitHandler(step string) engine.Handler {
 			v.Label = engine.OutcomeAck.String()
 			return engine.Result{Outcome: engine.Ack()}
 		}
-		n, err := s.park(ctx, step, d)
-		if err != nil {
-			return engine.Result{Outcome: engine.Retry(), Err: err}
-		}
-		v.Parked = true
-		if n == 0 {
-			return engine.Result{Outcome: engine.Ack(), Duplicate: true}
-		}
+		v.Park = true // the settlement parks the run, with the batch's others
 		return engine.Result{Outcome: engine.Ack()}
 	})
 }
 
-// park runs parkScript for the delivery's visit.
-func (s *Store) park(ctx context.Context, step string, d *engine.Delivery) (int64, error) {
-	trace := ""
-	if v, _ := d.Run.State.(*workflow.Visit); v != nil && v.State != nil {
-		trace = v.State.TraceParent
-	}
-	fields := stepFields(d.Run.ID, d.Run.Visit, trace)
+// planPark is the settlement of a wait step's visit that has no event yet: parkScript, sent
+// with the batch. It fails as any settlement does (a fault, resent with backoff; the delivery
+// stays pending meanwhile), and a resend is harmless: the run waits already, or the visit is
+// gone.
+func (src *stepSource) planPark(i int, d *engine.Delivery, v *workflow.Visit) *settleOp {
+	s, step := src.s, src.step
+	fields := stepFields(d.Run.ID, d.Run.Visit, v.State.TraceParent)
 	args := make([]any, 0, 6+len(fields))
 	args = append(args, s.g.Name, d.ID, itoa(d.Run.Visit), step, keptField(step, d.Run.ID), msOf(time.Now()))
 	for _, f := range fields {
 		args = append(args, f)
 	}
-	keys := []string{s.k.run(d.Run.ID), s.k.kept(), s.k.keptDue(), s.k.step(step)}
-	n, err := parkScript.Run(ctx, s.c, keys, args...).Int64()
-	if err != nil {
-		return 0, fmt.Errorf("redisrun: park run %s at %s: %w", d.Run.ID, step, err)
-	}
-	return n, nil
+	return &settleOp{idx: i, id: d.ID, key: s.k.run(d.Run.ID), own: parkScript,
+		keys: []string{s.k.run(d.Run.ID), s.k.kept(), s.k.keptDue(), src.stream}, args: args}
 }
 
 // waitRounds bounds how often an event is matched again when its run moved under it.

@@ -52,7 +52,7 @@ func TestWaitOnCluster(t *testing.T) {
 	visit := func() {
 		t.Helper()
 		d := r.Next(t)
-		res := s.WaitHandler("pay").Handle(ctx, d)
+		res := s.WaitHandler().Handle(ctx, d)
 		if res.Err != nil {
 			t.Fatal(res.Err)
 		}

@@ -56,7 +56,7 @@ func TestPerfWaitingRuns(t *testing.T) {
 		{Name: "order/reserve", Source: e.s.StepSource("reserve", StepOptions{Consumer: "p"}, zerolog.Nop()),
 			Handler: workflow.NewStepHandler(g, "reserve", reserve, nil), Concurrency: 8, DeadLetter: e.s.DeadLetterKey(), Logger: zerolog.Nop()},
 		{Name: "order/pay", Source: e.s.StepSource("pay", StepOptions{Consumer: "p"}, zerolog.Nop()),
-			Handler: e.s.WaitHandler("pay"), Concurrency: 16, DeadLetter: e.s.DeadLetterKey(), Logger: zerolog.Nop()},
+			Handler: e.s.WaitHandler(), Concurrency: 16, DeadLetter: e.s.DeadLetterKey(), Logger: zerolog.Nop()},
 	}
 	start := time.Now()
 	var wg sync.WaitGroup

@@ -3,6 +3,7 @@ package redisrun
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -45,7 +46,7 @@ func (e *env) event(keep time.Duration, payload string) engine.Result {
 func (e *env) visitPay(r *stepRun) *engine.Delivery {
 	e.t.Helper()
 	d := r.Next(e.t)
-	res := e.s.WaitHandler("pay").Handle(e.ctx, d)
+	res := e.s.WaitHandler().Handle(e.ctx, d)
 	if res.Err != nil {
 		e.t.Fatalf("wait handler: %v", res.Err)
 	}
@@ -58,7 +59,7 @@ func TestWaitParksThenTheEventFinishesIt(t *testing.T) {
 	e.begin("r1", `{}`)
 	r := e.stepSource("pay", "w1", time.Minute)
 	d := e.visitPay(r)
-	if !d.Run.State.(*workflow.Visit).Parked {
+	if !d.Run.State.(*workflow.Visit).Park {
 		t.Fatal("the visit did not park")
 	}
 	h := e.hgetall(e.k.run("r1"))
@@ -180,7 +181,7 @@ func TestWaitAndEventsRaceLoseNothing(t *testing.T) {
 	defer cancel()
 	pay := &engine.Pipeline{Name: "order/pay", Concurrency: 8, DeadLetter: e.s.DeadLetterKey(), Logger: zerolog.Nop(),
 		Source:  e.s.StepSource("pay", StepOptions{Consumer: "p", Block: 50 * time.Millisecond}, zerolog.Nop()),
-		Handler: e.s.WaitHandler("pay")}
+		Handler: e.s.WaitHandler()}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = engine.New(engine.Options{}, pay).Run(ctx) }()
 	var wg sync.WaitGroup
@@ -221,5 +222,28 @@ func TestWaitAndEventsRaceLoseNothing(t *testing.T) {
 	}
 	if n := e.pending("pay"); n != 0 {
 		t.Errorf("%d step messages pending", n)
+	}
+}
+
+// A park is a settlement, not the handler's work: a Redis that fails under it is a passing
+// settlement fault (resent by the engine with backoff), never an attempt of the visit counted
+// against its cap.
+func TestParkFailureIsASettlementFault(t *testing.T) {
+	e := waitEnv(t)
+	e.begin("r1", `{}`)
+	r := e.stepSource("pay", "w1", time.Minute)
+	d := r.Next(t)
+	res := e.s.WaitHandler().Handle(e.ctx, d)
+	if res.Err != nil || res.Outcome.Kind != engine.KindAck {
+		t.Fatalf("the wait handler did I/O or failed: %+v", res)
+	}
+	st := r.policy.Decide(d, res.Outcome, nil, time.Now()).Settlement
+	e.srv.Kill()
+	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second)
+	defer cancel()
+	err := r.src.Settle(ctx, []engine.Settlement{st})
+	var se *engine.SettleError
+	if !errors.As(err, &se) || len(se.Faults) != 1 || se.Faults[0].Permanent {
+		t.Fatalf("settle with Redis gone = %v, want one passing fault", err)
 	}
 }
