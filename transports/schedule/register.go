@@ -13,6 +13,7 @@ import (
 	_ "time/tzdata"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/schema"
@@ -155,18 +156,16 @@ func (c *Config) NaturalKey() string { return c.Pipeline }
 // Capabilities: nothing to acknowledge.
 func (c *Config) Capabilities() engine.Capabilities { return engine.Capabilities{} }
 
-// Build returns the source, on the client of its redis block when it has one.
+// Build returns the source, on the client of its redis block when it has one (else ticks are
+// taken within the process).
 func (c *Config) Build(_ context.Context, env *transports.Env) (engine.Source, error) {
-	if env.RedisBlock == "" {
-		return New(nil, c.Options, env.Logger)
+	newSource := func(client redis.UniversalClient) (*Source, error) { return New(client, c.Options, env.Logger) }
+	if env.RedisBlock != "" {
+		return transports.BuildOnClient(env, newSource)
 	}
-	client, err := env.Client()
+	s, err := newSource(nil)
 	if err != nil {
-		return nil, err
-	}
-	s, err := New(client, c.Options, env.Logger)
-	if err != nil {
-		return nil, err
+		return nil, err // not s: a nil *Source in an engine.Source is not nil
 	}
 	return s, nil
 }

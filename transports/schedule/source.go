@@ -169,9 +169,13 @@ func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 				Msg("schedule ticks skipped: too late to take (handlers busy, Redis down or the process paused)")
 			skipped = 0
 		}
-		owned, err := s.claim(ctx, tick)
+		owned, late, err := s.claim(ctx, tick)
 		if err != nil {
 			return err
+		}
+		if late {
+			skipped++ // logged once, with the others, when a tick is taken again or at the end
+			continue
 		}
 		if !owned {
 			continue
@@ -182,6 +186,9 @@ func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 			break
 		}
 	}
+	if skipped > 0 {
+		s.log.Warn().Int("ticks", skipped).Msg("schedule ticks skipped: too late to take (handlers busy, Redis down or the process paused)")
+	}
 	return ctx.Err()
 }
 
@@ -190,18 +197,16 @@ func (s *Source) Receive(ctx context.Context, feed engine.Feed) error {
 // fired has missed nothing.
 func (s *Source) start(ctx context.Context) (time.Time, error) {
 	now := time.Now()
-	if s.opts.CatchUp <= 0 {
-		s.ready.Store(true)
-		return now, nil
-	}
 	var bo redisconn.Backoff
 	for {
+		// Read even without catch_up: ready means Redis answered (SPEC §10), not that a
+		// process started.
 		last, ok, err := s.claims.Last(ctx)
 		if err == nil {
 			s.ready.Store(true)
 			s.state.OK()
 			switch floor := now.Add(-s.opts.CatchUp); {
-			case !ok:
+			case s.opts.CatchUp <= 0, !ok:
 				return now, nil
 			case last.Before(floor):
 				return floor, nil
@@ -221,30 +226,30 @@ func (s *Source) start(ctx context.Context) (time.Time, error) {
 	}
 }
 
-// claim takes tick, retrying a Redis that does not answer while the tick is within the window.
-// An error is final (a configuration mistake such as a wrong password).
-func (s *Source) claim(ctx context.Context, tick time.Time) (bool, error) {
+// claim takes tick, retrying a Redis that does not answer while the tick is within the window;
+// late reports a tick given up once that passed (the caller counts it, so an outage is not a
+// line per tick). An error is final (a configuration mistake such as a wrong password).
+func (s *Source) claim(ctx context.Context, tick time.Time) (owned, late bool, err error) {
 	var bo redisconn.Backoff
 	for {
 		owned, err := s.claims.Claim(ctx, tick)
 		if err == nil {
 			s.ready.Store(true)
 			s.state.OK()
-			return owned, nil
+			return owned, false, nil
 		}
 		if ctx.Err() != nil {
-			return false, nil
+			return false, false, nil
 		}
 		if redisconn.IsConfigError(err) {
-			return false, fmt.Errorf("schedule: %w", err)
+			return false, false, fmt.Errorf("schedule: %w", err)
 		}
 		s.fail(err)
 		if time.Since(tick) > s.opts.window() {
-			s.log.Warn().Time("scheduled_at", tick).Msg("schedule tick skipped: Redis did not answer in time")
-			return false, nil
+			return false, true, nil
 		}
 		if !redisconn.Sleep(ctx, bo.Next()) {
-			return false, nil
+			return false, false, nil
 		}
 	}
 }

@@ -202,3 +202,21 @@ func TestRetriedTakeOwnsItsOwnTick(t *testing.T) {
 		}
 	}
 }
+
+// Ready means Redis answered, with or without catch_up (SPEC §10): a source whose Redis is
+// down from the start is not ready, and becomes so once it answers.
+func TestNotReadyUntilRedisAnswers(t *testing.T) {
+	srv, _ := redistest.Fresh(t)
+	srv.Kill()
+	s := newSource(t, srv.Client(t), Options{Pipeline: "ready", Clock: everySecond(t)})
+	transporttest.Receive(t, s, 10)
+	// A source that takes its first tick's start without Redis is ready at once; this one
+	// must still not be after a few of its retries.
+	if redistest.WaitFor(context.Background(), 500*time.Millisecond, s.Ready) {
+		t.Fatal("ready with its Redis down")
+	}
+	srv.Restart(t)
+	if !redistest.WaitFor(context.Background(), transporttest.Timeout, s.Ready) {
+		t.Fatal("not ready after its Redis came back")
+	}
+}
