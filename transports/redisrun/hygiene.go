@@ -2,6 +2,7 @@ package redisrun
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -20,16 +21,13 @@ const hygienePages = 10
 // what its group has not finished with (every step message is acknowledged once settled), and
 // runs whose record expired leave the runs index, and the join hashes of for_each visits that
 // are over are deleted.
+// Each part runs whatever the others did; their errors are joined.
 func (s *Store) hygiene(ctx context.Context) error {
+	var errs []error
 	for _, st := range s.g.Steps {
-		if err := s.trimStep(ctx, s.k.step(st.Name)); err != nil {
-			return err
-		}
+		errs = append(errs, s.trimStep(ctx, s.stepKey(st.Name)))
 	}
-	if err := s.pruneFans(ctx); err != nil {
-		return err
-	}
-	return s.pruneRuns(ctx)
+	return errors.Join(append(errs, s.pruneFans(ctx), s.pruneRuns(ctx))...)
 }
 
 // trimStep trims stream below its group's lowest pending id, or else below the last id it was

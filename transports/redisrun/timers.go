@@ -35,9 +35,9 @@ func (s *Store) RunTimers(ctx context.Context, log zerolog.Logger) error {
 	nextHygiene := time.Now().Add(HygieneEvery)
 	for {
 		err := s.tick(ctx, log)
-		if err == nil && time.Now().After(nextHygiene) {
+		if time.Now().After(nextHygiene) {
 			nextHygiene = time.Now().Add(HygieneEvery)
-			err = s.hygiene(ctx)
+			err = errors.Join(err, s.hygiene(ctx))
 		}
 		if err != nil && ctx.Err() == nil {
 			state.Fail(err)
@@ -52,27 +52,24 @@ func (s *Store) RunTimers(ctx context.Context, log zerolog.Logger) error {
 	}
 }
 
-// tick is one round of RunTimers: every delayed message due is moved, every timeout due fired.
+// tick is one round of RunTimers: every delayed message due is moved, every timeout due fired,
+// every kept event due dropped. Each pass runs whatever the others did, so one that keeps
+// failing (a key Redis refuses) never stops the rest; their errors are joined.
 func (s *Store) tick(ctx context.Context, log zerolog.Logger) error {
+	return errors.Join(
+		drain(func() (int, error) { return s.moveDue(ctx, log) }),
+		drain(func() (int, error) { return s.fireTimeouts(ctx, log) }),
+		s.expireAllKept(ctx, log))
+}
+
+// drain runs pass until it finds fewer than a batch due, or fails.
+func drain(pass func() (int, error)) error {
 	for {
-		n, err := s.moveDue(ctx, log)
-		if err != nil {
+		n, err := pass()
+		if err != nil || n < timerBatch {
 			return err
 		}
-		if n < timerBatch {
-			break
-		}
 	}
-	for {
-		n, err := s.fireTimeouts(ctx, log)
-		if err != nil {
-			return err
-		}
-		if n < timerBatch {
-			break
-		}
-	}
-	return s.expireAllKept(ctx, log)
 }
 
 // expireAllKept drops every kept event whose time is up, when the workflow has wait steps.
@@ -80,12 +77,7 @@ func (s *Store) expireAllKept(ctx context.Context, log zerolog.Logger) error {
 	if !s.hasWaits() {
 		return nil
 	}
-	for {
-		n, err := s.expireKept(ctx, log)
-		if err != nil || n < timerBatch {
-			return err
-		}
-	}
+	return drain(func() (int, error) { return s.expireKept(ctx, log) })
 }
 
 // moveDue moves due delayed step messages onto their streams (moveDueScript) and returns how

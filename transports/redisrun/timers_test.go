@@ -228,3 +228,17 @@ func TestHygieneTrimsSettledAndPrunesExpired(t *testing.T) {
 	}
 	r.decide(t, db, handled(e.s.g, db, ack).Outcome)
 }
+
+// One timer pass that keeps failing (here the delayed set is not a sorted set: WRONGTYPE for
+// good) does not stop the others: the timeout still fires.
+func TestTimersPassesRunIndependently(t *testing.T) {
+	e := newEnv(t)
+	now := time.Now()
+	e.begin("r1", `{}`)
+	e.toCharge("r1", now, 0, now.Add(100*time.Millisecond))
+	e.rdb.Set(e.ctx, e.k.delayed(), "not a sorted set", 0)
+	e.runTimers()
+	e.waitFor("the timeout beside a failing delayed pass", 3*time.Second, func() bool {
+		return e.hgetall(e.k.run("r1"))["status"] == "compensating"
+	})
+}
