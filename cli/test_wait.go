@@ -14,7 +14,7 @@ func (r *workflowRun) waitVisit(ctx context.Context, st *workflow.State, e workf
 	events := r.test.Events[e.Step]
 	if n := r.calls[e.Step]; n < len(events) {
 		r.calls[e.Step]++
-		return r.apply(ctx, r.g.Arrive(st, workflow.EventPayload(events[n]), 1, r.now))
+		return r.apply(ctx, r.g.Arrive(st, workflow.PayloadJSON(events[n]), 1, r.now))
 	}
 	if !deadline.IsZero() {
 		r.now = deadline

@@ -45,9 +45,9 @@ func (st *State) WaitingAt(step string) bool {
 	return st.Status == Waiting && st.Step == step
 }
 
-// EventPayload is an event's payload as a step's output: its JSON, or a JSON string of its bytes
-// when it is not JSON.
-func EventPayload(p []byte) json.RawMessage {
+// PayloadJSON is a message's payload as a run keeps it (a start's input, a wait's event as the
+// step's output): its JSON, or a JSON string of its bytes when it is not JSON.
+func PayloadJSON(p []byte) json.RawMessage {
 	if len(p) > 0 && json.Valid(p) {
 		return json.RawMessage(p)
 	}

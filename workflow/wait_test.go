@@ -40,7 +40,7 @@ func TestParkThenArriveRunsOn(t *testing.T) {
 	if tr := g.Park(st, now); tr.Visit != NoVisit {
 		t.Errorf("a waiting run parked again")
 	}
-	if ok, _ := m.Apply(ctx, g.Arrive(st, EventPayload([]byte(`{"ok":true}`)), 1, now)); !ok {
+	if ok, _ := m.Apply(ctx, g.Arrive(st, PayloadJSON([]byte(`{"ok":true}`)), 1, now)); !ok {
 		t.Fatal("arrive not applied")
 	}
 	st, _ = m.Get(ctx, "r")
@@ -59,8 +59,8 @@ func TestWaitingRunTimesOutRunning(t *testing.T) {
 	}
 }
 
-func TestEventPayloadOfText(t *testing.T) {
-	if got := string(EventPayload([]byte("hello"))); got != `"hello"` {
-		t.Errorf("EventPayload(hello) = %s", got)
+func TestPayloadJSONOfText(t *testing.T) {
+	if got := string(PayloadJSON([]byte("hello"))); got != `"hello"` {
+		t.Errorf("PayloadJSON(hello) = %s", got)
 	}
 }

@@ -2,12 +2,12 @@ package redisrun
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/workflow"
 )
 
 // DefaultRunID is the id of a run started without run_id: the start delivery's "KEY/ID" when it
@@ -18,16 +18,6 @@ func DefaultRunID(d *engine.Delivery) string {
 		return d.Key + "/" + d.ID
 	}
 	return NewRunID()
-}
-
-// startInput is a start message's payload as a run's input: its JSON, or a JSON string of its
-// bytes when it is not JSON.
-func startInput(p []byte) json.RawMessage {
-	if len(p) > 0 && json.Valid(p) {
-		return json.RawMessage(p)
-	}
-	b, _ := json.Marshal(string(p))
-	return b
 }
 
 var errEmptyRunID = errors.New("run_id is empty")
@@ -50,7 +40,7 @@ func (s *Store) StartHandler(runID func(d *engine.Delivery) (string, error), fin
 				return engine.Result{Outcome: engine.Retry(), Err: fmt.Errorf("workflow %s: run_id: %w", s.g.Name, err)}
 			}
 		}
-		st, t := s.g.Start(id, startInput(d.Payload), time.Now())
+		st, t := s.g.Start(id, workflow.PayloadJSON(d.Payload), time.Now())
 		st.Fingerprint = fingerprint
 		st.TraceParent = s.runTrace(ctx, id)
 		ok, err := s.Create(ctx, st, t)

@@ -106,7 +106,7 @@ func (s *Store) WaitHandler() engine.Handler {
 			return engine.Result{Outcome: engine.Ack(), Duplicate: true}
 		}
 		if d.Headers[hdrEvent] == "1" {
-			d.Run.Output, d.Run.HasOutput = workflow.EventPayload(d.Payload), true
+			d.Run.Output, d.Run.HasOutput = workflow.PayloadJSON(d.Payload), true
 			v.Label = engine.OutcomeAck.String()
 			return engine.Result{Outcome: engine.Ack()}
 		}
@@ -149,7 +149,7 @@ func (s *Store) EventHandler(step string, keep time.Duration, correlate func(*en
 		if err != nil {
 			return engine.Result{Outcome: engine.DeadLetter(fmt.Sprintf("correlate: %v", err))}
 		}
-		payload := workflow.EventPayload(d.Payload)
+		payload := workflow.PayloadJSON(d.Payload)
 		for range waitRounds {
 			st, err := s.record(ctx, id)
 			if err != nil {
