@@ -155,7 +155,11 @@ func (s *span) End(outcome string, err error) {
 	}
 	end(s.sp, err)
 	if s.run != nil {
-		if outcome != engine.OutcomeAck.String() {
+		switch outcome {
+		case engine.OutcomeAck.String(), engine.OutcomeRetry.String(), engine.OutcomeRetryAfter.String():
+			// Created, or maybe (a retry after a reply that was lost may find the run written
+			// with these ids): its span is the run's, exported when the run ends.
+		default:
 			s.t.noRun(s.run, outcome) // no run was created: its span is this delivery's
 		}
 		s.t.p.visits.startEnds(s.run)
