@@ -258,14 +258,11 @@ func (a *runsArgs) retry(ctx context.Context, store *redisrun.Store, st *workflo
 // retryable says on w why st cannot be retried (SPEC §16: only a failed run that was not
 // compensated resumes) and returns ExitConfig, or ExitOK when it can.
 func retryable(st *workflow.State, w io.Writer, prefix string) int {
-	switch {
-	case st.Status != workflow.Failed:
-		fmt.Fprintf(w, "%s: run %q is %s, not failed: only a failed run is retried\n", prefix, st.ID, st.Status)
-	case st.Compensated:
-		fmt.Fprintf(w, "%s: run %q was compensated: its finished steps were undone, so it cannot resume\n", prefix, st.ID)
-	default:
+	err := st.Retryable()
+	if err == nil {
 		return ExitOK
 	}
+	fmt.Fprintf(w, "%s: %v\n", prefix, err)
 	return ExitConfig
 }
 

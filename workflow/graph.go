@@ -312,11 +312,31 @@ func (g *Graph) TimedOut(st *State, now time.Time) Transition {
 // ErrNotRetryable is Retry's error for a run that is not failed or was compensated.
 var ErrNotRetryable = errors.New("run is not failed, or was compensated")
 
+// Retryable says why st cannot be retried (SPEC §16: only a failed run that was not
+// compensated resumes), wrapping ErrNotRetryable; nil when it can.
+func (st *State) Retryable() error {
+	switch {
+	case st.Status != Failed:
+		return notRetryable(fmt.Sprintf("run %q is %s, not failed: only a failed run is retried", st.ID, st.Status))
+	case st.Compensated:
+		return notRetryable(fmt.Sprintf("run %q was compensated: its finished steps were undone, so it cannot resume", st.ID))
+	case st.FailedStep == "":
+		return notRetryable(fmt.Sprintf("run %q names no failed step", st.ID))
+	}
+	return nil
+}
+
+// notRetryable is Retryable's reason, which is ErrNotRetryable.
+type notRetryable string
+
+func (e notRetryable) Error() string        { return string(e) }
+func (e notRetryable) Is(target error) bool { return target == ErrNotRetryable }
+
 // Retry resumes a failed, uncompensated run at the step that failed, with fresh attempts. The
 // run is active again: a store that set its keys to expire when it failed keeps them now.
 func (g *Graph) Retry(st *State, now time.Time) (Transition, error) {
-	if st.Status != Failed || st.Compensated || st.FailedStep == "" {
-		return Transition{}, fmt.Errorf("retry run %q (%s): %w", st.ID, st.Status, ErrNotRetryable)
+	if err := st.Retryable(); err != nil {
+		return Transition{}, err
 	}
 	if g.Step(st.FailedStep) == nil {
 		return Transition{}, fmt.Errorf("retry run %q: step %q is no longer in workflow %q", st.ID, st.FailedStep, g.Name)

@@ -520,17 +520,12 @@ func (s *server) runRetry(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	switch {
-	case st.Status != workflow.Failed:
-		writeError(w, http.StatusConflict, fmt.Sprintf("run %q is %s, not failed: only a failed run is retried", st.ID, st.Status))
-		return
-	case st.Compensated:
-		writeError(w, http.StatusConflict, fmt.Sprintf("run %q was compensated: its finished steps were undone, so it cannot resume", st.ID))
-		return
+	err := st.Retryable()
+	if err == nil {
+		err = wf.Runs.Retry(r.Context(), st.ID)
 	}
-	err := wf.Runs.Retry(r.Context(), st.ID)
 	if errors.Is(err, workflow.ErrNotRetryable) || errors.Is(err, workflow.ErrNoRun) {
-		writeError(w, http.StatusConflict, fmt.Sprintf("run %q: %v", st.ID, err))
+		writeError(w, http.StatusConflict, err.Error())
 		return
 	}
 	s.actionDone(w, wf, st, "retry", err, fmt.Sprintf("retrying run %s at step %s", st.ID, st.FailedStep))
