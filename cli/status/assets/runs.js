@@ -147,11 +147,12 @@
     });
     for (const [name, c] of cards) if (!seen.has(name)) { c.el.remove(); cards.delete(name); }
     const first = options(st);
-    // the list follows the counts of its workflow
+    // the list follows the runs per status of its workflow (counted at most every 15 s), not
+    // the active counts, which move with nearly every step: each list walks the runs kept
     const w = st.workflows.find((x) => x.name === view.workflow);
-    const counts = w ? JSON.stringify([w.runs, w.active]) : "";
+    const counts = w ? JSON.stringify(w.runs) : "";
     if (started && counts !== lastCounts) { lastCounts = counts; if (!first) listRuns(); }
-    if (shown && shown.workflow === view.workflow && (shown.cancellable || shown.status === "compensating" || shown.status === "running")) loadRun(false);
+    if (shown && shown.workflow === view.workflow && (shown.cancellable || shown.status === "compensating")) loadRun(false);
   }
 
   function options(st) {
