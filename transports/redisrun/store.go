@@ -292,10 +292,11 @@ func (s *Store) Get(ctx context.Context, id string) (*workflow.State, error) {
 const listPage = 200
 
 // List reads runs newest first (by start), of one status when status is not "", at most limit
-// (<= 0: all). Outputs and history are not loaded; runs whose record expired are skipped.
+// (<= 0: all). Their input, outputs and history are not loaded; runs whose record expired are
+// skipped.
 func (s *Store) List(ctx context.Context, status workflow.Status, limit int) ([]*workflow.State, error) {
 	var out []*workflow.State
-	err := s.scan(ctx, func(id string, h map[string]string) (bool, error) {
+	err := s.scan(ctx, listFields, func(id string, h map[string]string) (bool, error) {
 		st, err := decodeState(s.g.Name, id, h, nil)
 		if err != nil || (status != "" && st.Status != status) {
 			return true, err
@@ -306,10 +307,15 @@ func (s *Store) List(ctx context.Context, status workflow.Status, limit int) ([]
 	return out, err
 }
 
-// scan reads the runs index newest first, page by page, with each run's hash, until each
-// returns false. Ids whose hash is gone (expired) are skipped, not removed: a read changes
+// listFields are what List reads of each run: all but its input, which a list never shows and
+// which may be the largest field.
+var listFields = []string{fStatus, fStep, fVisit, fError, fFinished, fPending, fEnding, fFailedStep,
+	fCompensated, fFingerprint, fTrace, fStartedAt, fUpdatedAt}
+
+// scan reads the runs index newest first, page by page, with fields of each run's hash (HMGET),
+// until each returns false. Ids whose hash is gone (expired) are skipped, not removed: a read changes
 // nothing (the status page's GETs call it, SPEC §15); RunTimers' hygiene prunes the index.
-func (s *Store) scan(ctx context.Context, each func(id string, h map[string]string) (bool, error)) error {
+func (s *Store) scan(ctx context.Context, fields []string, each func(id string, h map[string]string) (bool, error)) error {
 	for start := int64(0); ; start += listPage {
 		ids, err := s.c.ZRevRange(ctx, s.k.runs(), start, start+listPage-1).Result()
 		if err != nil {
@@ -319,9 +325,9 @@ func (s *Store) scan(ctx context.Context, each func(id string, h map[string]stri
 			return nil
 		}
 		pipe := s.c.Pipeline()
-		hs := make([]*redis.MapStringStringCmd, len(ids))
+		hs := make([]*redis.SliceCmd, len(ids))
 		for i, id := range ids {
-			hs[i] = pipe.HGetAll(ctx, s.k.run(id))
+			hs[i] = pipe.HMGet(ctx, s.k.run(id), fields...)
 		}
 		if err := redisconn.ExecPipe(ctx, pipe); err != nil {
 			return fmt.Errorf("redisrun: read runs of %s: %w", s.g.Name, err)
@@ -330,10 +336,16 @@ func (s *Store) scan(ctx context.Context, each func(id string, h map[string]stri
 			if err := h.Err(); err != nil {
 				return fmt.Errorf("redisrun: read run %s: %w", ids[i], err)
 			}
-			if len(h.Val()) == 0 {
-				continue
+			m := make(map[string]string, len(fields))
+			for j, v := range h.Val() {
+				if str, ok := v.(string); ok {
+					m[fields[j]] = str
+				}
 			}
-			more, err := each(ids[i], h.Val())
+			if m[fStatus] == "" {
+				continue // expired (every run record has a status)
+			}
+			more, err := each(ids[i], m)
 			if err != nil || !more {
 				return err
 			}
@@ -348,7 +360,7 @@ func (s *Store) Counts(ctx context.Context) (active map[string]int64, byStatus m
 		return nil, nil, err
 	}
 	byStatus = map[workflow.Status]int64{}
-	err = s.scan(ctx, func(_ string, h map[string]string) (bool, error) {
+	err = s.scan(ctx, []string{fStatus}, func(_ string, h map[string]string) (bool, error) {
 		byStatus[workflow.Status(h[fStatus])]++
 		return true, nil
 	})
