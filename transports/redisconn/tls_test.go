@@ -57,6 +57,35 @@ func TestTLS(t *testing.T) {
 	}
 }
 
+// TestTLSProbeFindsTheAlert: a ping whose write met a reset before the server's TLS alert was
+// read ("certificate required" comes after the TLS 1.3 handshake) is probed again, and the
+// probe names the alert rather than leaving it for an unreachable server; a client the server
+// accepts probes to nothing.
+func TestTLSProbeFindsTheAlert(t *testing.T) {
+	srv, f := redistest.StartTLS(t)
+	reset := fmt.Errorf("write: %w", syscall.ECONNRESET)
+	for _, tt := range []struct {
+		name, problem string
+		tls           *TLSOptions
+	}{
+		{"no client certificate", "requires a client certificate", &TLSOptions{CAFile: f.CA}},
+		{"accepted", "", &TLSOptions{CAFile: f.CA, CertFile: f.ClientCert, KeyFile: f.ClientKey}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := New(Options{URL: "rediss://" + srv.TLSAddr, TLS: tt.tls})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			err = probePlaintext(c, reset)
+			problem, _ := TLSProblem(err)
+			if tt.problem == "" && err != nil || !strings.Contains(problem, tt.problem) {
+				t.Fatalf("probe = %v (%q), want one naming %q", err, problem, tt.problem)
+			}
+		})
+	}
+}
+
 func TestTLSProblemOthers(t *testing.T) {
 	for _, err := range []error{
 		nil,

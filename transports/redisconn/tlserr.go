@@ -36,23 +36,64 @@ const plaintextProbeTimeout = time.Second
 
 // probePlaintext is run when a TLS client's ping failed for no reason TLSProblem knows: it
 // sends a plain PING to each of the client's addresses and returns a PlaintextPortError for
-// the first that answers in RESP. Nil when the client has no TLS or nothing answers so.
+// the first that answers in RESP. Failing that, it shakes hands with each address again and
+// returns the TLS alert a server sends after the handshake (TLS 1.3 checks the client's
+// certificate only then, so the ping's own write can meet a reset before the alert is read).
+// Nil when the client has no TLS or neither probe finds anything.
 func probePlaintext(c redis.UniversalClient, pingErr error) error {
-	var addrs []string
+	var (
+		addrs []string
+		cfg   *tls.Config
+	)
 	switch c := c.(type) {
 	case *redis.Client:
 		if o := c.Options(); o.TLSConfig != nil && o.Network != "unix" {
-			addrs = []string{o.Addr}
+			addrs, cfg = []string{o.Addr}, o.TLSConfig
 		}
 	case *redis.ClusterClient:
 		if o := c.Options(); o.TLSConfig != nil {
-			addrs = o.Addrs
+			addrs, cfg = o.Addrs, o.TLSConfig
 		}
 	}
 	for _, addr := range addrs {
 		if answersPlaintext(addr) {
 			return &PlaintextPortError{Addr: addr, Err: pingErr}
 		}
+	}
+	for _, addr := range addrs {
+		if err := tlsAlert(addr, cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tlsAlert shakes hands with addr and, sending nothing, waits briefly for what the server says:
+// a TLS problem (a failed handshake or an alert such as "certificate required") comes back as
+// the error; silence, a refused dial or anything else is nil.
+func tlsAlert(addr string, cfg *tls.Config) error {
+	ctx, cancel := context.WithTimeout(context.Background(), plaintextProbeTimeout)
+	defer cancel()
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil
+	}
+	cfg = cfg.Clone()
+	if cfg.ServerName == "" {
+		cfg.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	conn := tls.Client(raw, cfg)
+	defer conn.Close()
+	if err := conn.HandshakeContext(ctx); err != nil {
+		if IsTLSError(err) {
+			return err
+		}
+		return nil
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(plaintextProbeTimeout / 2))
+	if _, err := conn.Read(make([]byte, 1)); err != nil && IsTLSError(err) {
+		return err
 	}
 	return nil
 }
