@@ -296,6 +296,15 @@ func TestRowMisses(t *testing.T) {
 	if m := bad.misses(); m != "  <- below 0.90  <- CPU > 1.25×" {
 		t.Fatalf("misses = %q", m)
 	}
+	// A flow row is held to its CPU against the pipeline without the block, not to a rate.
+	flow := row{baseline: "without the block", plain: sp(1000, time.Second, time.Second), flowrun: sp(1000, 2*time.Second, 1250*time.Millisecond)}
+	if m := flow.misses(); m != "" {
+		t.Fatalf("a flow row within 1.30× is flagged %q", m)
+	}
+	flow.flowrun.cpu = 1350 * time.Millisecond
+	if m := flow.misses(); m != "  <- CPU > 1.30×" {
+		t.Fatalf("flow misses = %q", m)
+	}
 }
 
 // The plain side of the workflow workload runs every run through its three steps, leaving what

@@ -38,8 +38,18 @@ const (
 	maxCPURatio = 1.25
 )
 
+// maxFlowCPURatio is the flow rows' target (issue 29): a flow-control block costs at most 1.3×
+// the process CPU per message of the same pipeline without it. Those rows have no rate target.
+const maxFlowCPURatio = 1.30
+
 // misses flags, for the table, a target the row misses; "" where it meets both.
 func (r row) misses() string {
+	if r.baseline != "" {
+		if r.cpuRatio() > maxFlowCPURatio {
+			return fmt.Sprintf("  <- CPU > %.2f×", maxFlowCPURatio)
+		}
+		return ""
+	}
 	var s string
 	least := minRatio
 	if r.target > 0 {
@@ -139,8 +149,8 @@ func median[T any](xs []T, key func(T) float64) T {
 // report prints a row as soon as it is measured.
 func (r row) report() {
 	if r.baseline != "" {
-		fmt.Printf("%-17s %s %s, with it %s, ratio %.2f, peak RSS %s\n",
-			r.name, r.baseline, r.plain, r.flowrun, r.ratio(), mib(r.rss))
+		fmt.Printf("%-17s %s %s, with it %s, ratio %.2f, CPU/msg %.2f×, peak RSS %s\n",
+			r.name, r.baseline, r.plain, r.flowrun, r.ratio(), r.cpuRatio(), mib(r.rss))
 		return
 	}
 	unit := cmp.Or(r.unit, "msg")
@@ -194,10 +204,11 @@ func (r results) print(w io.Writer, o options) {
 			if slices.ContainsFunc(r.rows, func(x row) bool { return x.baseline == "" }) {
 				fmt.Fprintln(w)
 			}
-			fmt.Fprintf(w, "%-22s %15s %15s %7s %18s   %s\n", "flowrun, rules with", "without msg/s", "with msg/s", "ratio", "peak RSS (with)", "Redis CPU/msg: without, with")
+			fmt.Fprintf(w, "%-22s %15s %15s %7s %18s   %-30s   %s\n", "flowrun, rules with", "without msg/s", "with msg/s", "ratio", "peak RSS (with)", "Redis CPU/msg: without, with", "CPU/msg: without, with (ratio)")
 		}
-		fmt.Fprintf(w, "%-22s %15s %15s %7.2f %18s   %s, %s\n", x.name, thousands(x.plain.rate()), thousands(x.flowrun.rate()), x.ratio(), mib(x.rss),
-			micros1(x.plain.redisPerMsg()), micros1(x.flowrun.redisPerMsg()))
+		redisCPU := micros1(x.plain.redisPerMsg()) + ", " + micros1(x.flowrun.redisPerMsg())
+		fmt.Fprintf(w, "%-22s %15s %15s %7.2f %18s   %-30s   %s, %s (%.2f×)%s\n", x.name, thousands(x.plain.rate()), thousands(x.flowrun.rate()), x.ratio(), mib(x.rss),
+			redisCPU, micros1(x.plain.cpuPerMsg()), micros1(x.flowrun.cpuPerMsg()), x.cpuRatio(), x.misses())
 	}
 	for _, l := range r.lat {
 		if len(r.rows) > 0 {
