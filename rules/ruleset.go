@@ -294,19 +294,10 @@ func (s *state) prepare(p *program) any {
 		s.boxed = nil
 	}
 	if p.usesPayload && !s.havePayload {
-		switch v := s.d.Decoded.(type) {
-		case nil:
-			s.env.Payload = decodePayload(s.d.Payload, &s.env, s.haveRaw)
-			// Kept as the interface it already is: no allocation (a JSON null as a marker).
-			s.d.Decoded = s.env.Payload
-			if s.env.Payload == nil {
-				s.d.Decoded = nullPayload{}
-			}
-		case nullPayload:
-			s.env.Payload = nil
-		default:
-			s.env.Payload = v
+		if s.d.Decoded == nil {
+			cacheDecoded(s.d, decodePayload(s.d.Payload, &s.env, s.haveRaw))
 		}
+		s.env.Payload = decoded(s.d)
 		s.havePayload = true
 		s.boxed = nil
 	}
@@ -321,6 +312,28 @@ func (s *state) prepare(p *program) any {
 
 // nullPayload marks, in Delivery.Decoded, a payload that decoded to JSON null.
 type nullPayload struct{}
+
+// decoded returns d's payload as expressions see it, decoding it on the first call for d.
+func decoded(d *engine.Delivery) any {
+	switch v := d.Decoded.(type) {
+	case nil:
+		return cacheDecoded(d, decodePayload(d.Payload, nil, false))
+	case nullPayload:
+		return nil
+	default:
+		return v
+	}
+}
+
+// cacheDecoded keeps v, d's decoded payload, in d.Decoded, and returns it.
+func cacheDecoded(d *engine.Delivery, v any) any {
+	// Kept as the interface it already is: no allocation (a JSON null as a marker).
+	d.Decoded = v
+	if v == nil {
+		d.Decoded = nullPayload{}
+	}
+	return v
+}
 
 // decodePayload returns the JSON value of b, or b as a string when it is not valid JSON.
 func decodePayload(b []byte, e *env, haveRaw bool) any {
