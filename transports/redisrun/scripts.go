@@ -4,31 +4,59 @@ import "github.com/redis/go-redis/v9"
 
 // applyScript is every transition of a run (create, a step's finish, a failure, a timeout, a
 // cancel, a retry) as one atomic script, so a crash leaves a run where it was, never advanced
-// twice. KEYS (always ten, all in the workflow's slot; an unused one is the run key):
+// twice. A call carries only the parts its transition has, so the common finish (acknowledge,
+// enter the next step, record the output) is a short call: Redis's cost of a script grows with
+// its arguments.
 //
-//	1 run  2 out  3 hist  4 runs  5 active  6 timeouts  7 delayed  8 the entered step's stream
-//	9 the settled delivery's stream  10 the dead letter
+// KEYS: 1 run, 2 out, 3 hist, 4 active counts, then one key per part present, in the parts'
+// order below. ARGV: mode ("c" create, "a" apply, "r" apply to an ended run: a retry), run id,
+// the run's expected visit ("0" for a create), the parts present (letters, in this order), and
+// each part's arguments:
 //
-// ARGV, read in order (counts before lists): mode ("c" create, "a" apply, "r" apply to an
-// ended run: a retry), run id, the run's
-// expected visit (apply), started_at ms (create: the runs index score), group, the delivery id to
-// acknowledge ("" none), the timeout member this transition ends ("" none); the dead letter's
-// fields (count, fields); the entered step ("" none), its message's fields (count, fields), a
-// delayed member and score ("" "0": none), a timeout member and score ("" "0": none); the run
-// hash's fields (count, pairs); the output (step, "1"/"0", JSON); the history (count, events);
-// done ("1"/"0") and the retention in ms.
+//	s  create: started_at ms (the runs index score)            KEY the runs index
+//	a  acknowledge a delivery: group, entry id                 KEY its stream
+//	o  end the timeout of the visit: its member                KEY the timeouts
+//	d  dead letter: count, fields                              KEY the dead letter
+//	e  enter a step: its name, then either
+//	l    delayed: the member, its score                        KEY the delayed set
+//	     or: count, the step message's fields after run and visit   KEY the step's stream
+//	t    with a timeout: its member, its score                 KEY the timeouts
+//	u  the output: step, JSON
+//	x  the run ends: retention in ms
+//
+// then the run hash's fields (count, pairs) and the history (count, events). The entered step's
+// message is "run", id, "visit", the visit + 1 and the fields given (as stepFields lays it out).
 //
 // A stale apply (the run's visit is not the expected one, the run is gone, or it ended and
 // this is not a retry) acknowledges the delivery and changes nothing: {0}. The ended check
 // keeps a transition decided on the run before it ended (a cancel racing its last step) from
-// applying, since ending a run enters no step and so leaves the visit as it was. Create of a run that exists: {0}. Else {1, started_at}.
-// Writes that can fail on a key's contents (XADD) come first, so such a failure changes nothing.
+// applying, since ending a run enters no step and so leaves the visit as it was. Create of a run
+// that exists: {0}. Else {1, started_at}. Writes that can fail on a key's contents (XADD) come
+// first, so such a failure changes nothing.
 var applyScript = redis.NewScript(`
-local a = 1
-local function nxt() local v = ARGV[a]; a = a + 1; return v end
-local function list() local n = tonumber(nxt()); local s = a; a = a + n; return s, n end
-local mode, id, visit, started, group, ackid, oldtimer = nxt(), nxt(), nxt(), nxt(), nxt(), nxt(), nxt()
-local function ack() if ackid ~= '' then redis.call('XACK', KEYS[9], group, ackid) end end
+local mode, id, visit, opts = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local a, k = 5, 4
+local function arg() local v = ARGV[a]; a = a + 1; return v end
+local function key() k = k + 1; return KEYS[k] end
+local function list() local n = tonumber(arg()); local s = a; a = a + n; return s, n end
+local function has(c) return string.find(opts, c, 1, true) ~= nil end
+local started, runs, group, ackid, ackkey, oldtimer, oldtkey, ds, dn, deadkey
+local enter, es, en, stepkey, dmember, dscore, delayed, tmember, tscore, tkey, outstep, out, retention
+if has('s') then started, runs = arg(), key() end
+if has('a') then group, ackid, ackkey = arg(), arg(), key() end
+if has('o') then oldtimer, oldtkey = arg(), key() end
+if has('d') then ds, dn = list(); deadkey = key() end
+if has('e') then
+  enter = arg()
+  if has('l') then dmember, dscore, delayed = arg(), arg(), key()
+  else es, en = list(); stepkey = key() end
+  if has('t') then tmember, tscore, tkey = arg(), arg(), key() end
+end
+if has('u') then outstep, out = arg(), arg() end
+if has('x') then retention = arg() end
+local hs, hn = list()
+local vs, vn = list()
+local function ack() if ackid then redis.call('XACK', ackkey, group, ackid) end end
 local old
 if mode == 'c' then
   if redis.call('EXISTS', KEYS[1]) == 1 then return {0} end
@@ -38,36 +66,28 @@ else
   if old[1] ~= visit or (ended and mode ~= 'r') then ack(); return {0} end
   started = old[4] or '0'
 end
-local ds, dn = list()
-if dn > 0 then redis.call('XADD', KEYS[10], '*', unpack(ARGV, ds, ds + dn - 1)) end
-local enter = nxt()
-local fs, fn = list()
-local dmember, dscore, tmember, tscore = nxt(), nxt(), nxt(), nxt()
-if enter ~= '' then
-  if dmember ~= '' then
-    redis.call('ZADD', KEYS[7], dscore, dmember)
+if deadkey then redis.call('XADD', deadkey, '*', unpack(ARGV, ds, ds + dn - 1)) end
+if enter then
+  if delayed then
+    redis.call('ZADD', delayed, dscore, dmember)
   else
-    redis.call('XADD', KEYS[8], '*', unpack(ARGV, fs, fs + fn - 1))
+    redis.call('XADD', stepkey, '*', 'run', id, 'visit', tostring(tonumber(visit) + 1), unpack(ARGV, es, es + en - 1))
   end
-  if tmember ~= '' then redis.call('ZADD', KEYS[6], tscore, tmember) end
+  if tkey then redis.call('ZADD', tkey, tscore, tmember) end
 end
-local hs, hn = list()
 redis.call('HSET', KEYS[1], unpack(ARGV, hs, hs + hn - 1))
-local outstep, has, out = nxt(), nxt(), nxt()
-if has == '1' then redis.call('HSET', KEYS[2], outstep, out) end
-local es, en = list()
-if en > 0 then redis.call('RPUSH', KEYS[3], unpack(ARGV, es, es + en - 1)) end
-if mode == 'c' then redis.call('ZADD', KEYS[4], started, id) end
-local done, retention = nxt(), nxt()
+if outstep then redis.call('HSET', KEYS[2], outstep, out) end
+if vn > 0 then redis.call('RPUSH', KEYS[3], unpack(ARGV, vs, vs + vn - 1)) end
+if runs then redis.call('ZADD', runs, started, id) end
 local ostep = old and old[2]
-if ostep and ostep ~= '' and (enter ~= '' or done == '1') then redis.call('HINCRBY', KEYS[5], ostep, -1) end
-if enter ~= '' then redis.call('HINCRBY', KEYS[5], enter, 1) end
-if done == '1' then
-  for k = 1, 3 do redis.call('PEXPIRE', KEYS[k], retention) end
+if ostep and ostep ~= '' and (enter or retention) then redis.call('HINCRBY', KEYS[4], ostep, -1) end
+if enter then redis.call('HINCRBY', KEYS[4], enter, 1) end
+if retention then
+  for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], retention) end
 elseif old and old[3] ~= 'running' and old[3] ~= 'waiting' and old[3] ~= 'compensating' then
-  for k = 1, 3 do redis.call('PERSIST', KEYS[k]) end
+  for i = 1, 3 do redis.call('PERSIST', KEYS[i]) end
 end
-if oldtimer ~= '' then redis.call('ZREM', KEYS[6], oldtimer) end
+if oldtimer then redis.call('ZREM', oldtkey, oldtimer) end
 ack()
 return {1, started}
 `)

@@ -61,17 +61,37 @@ func (s *Store) retention() time.Duration {
 var (
 	argA, argC, argR       any = "a", "c", "r"
 	argEmpty, argZero      any = "", "0"
-	argTrue, argFalse      any = "1", "0"
 	argNull                any = "null"
-	argMsgRun, argMsgVisit any = msgRun, msgVisit
 )
 
-func boolArg(b bool) any {
-	if b {
-		return argTrue
+// applyScript's parts (see there), in their order: a call's letters name those it carries.
+const partLetters = "saodeltux"
+
+const (
+	partCreate = 1 << iota
+	partAck
+	partOldTimer
+	partDead
+	partEnter
+	partDelayed
+	partTimeout
+	partOutput
+	partDone
+)
+
+// partArgs are the letters of every set of parts, boxed once.
+var partArgs = func() (out [1 << len(partLetters)]any) {
+	for m := range out {
+		var b []byte
+		for i := range len(partLetters) {
+			if m&(1<<i) != 0 {
+				b = append(b, partLetters[i])
+			}
+		}
+		out[m] = string(b)
 	}
-	return argFalse
-}
+	return out
+}()
 
 // strArg boxes s, without an allocation when it is empty.
 func strArg(s string) any {
@@ -81,12 +101,17 @@ func strArg(s string) any {
 	return s
 }
 
-// call lays op out for applyScript (see there).
+// call lays op out for applyScript (see there): the run's four keys and its mode, id and visit,
+// then only the parts op has.
 func (s *Store) call(op applyOp) (keys []string, args []any) {
 	t := op.t
 	run := s.k.run(t.Run)
-	keys = []string{run, s.k.out(t.Run), s.k.hist(t.Run), s.fixed.runs, s.fixed.active, s.fixed.timeouts, s.fixed.delayed, run, run, run}
-	mode, started, oldTimer := argA, argZero, true
+	keys = make([]string, 4, 8)
+	keys[0], keys[1], keys[2], keys[3] = run, s.k.out(t.Run), s.k.hist(t.Run), s.fixed.active
+	args = make([]any, 4, 24+len(op.dead))
+	args[0], args[1], args[2] = argA, t.Run, itoa(t.Visit)
+	parts := 0
+	oldTimer := op.create == nil
 	if op.prev != nil {
 		if def := s.g.Step(op.prev.Step); def != nil && def.Timeout == 0 {
 			oldTimer = false // entering the step registered no timeout
@@ -94,56 +119,66 @@ func (s *Store) call(op applyOp) (keys []string, args []any) {
 	}
 	switch {
 	case op.create != nil:
-		mode, started, oldTimer = argC, msOf(op.create.StartedAt), false
+		args[0], parts = argC, partCreate
+		args = append(args, msOf(op.create.StartedAt))
+		keys = append(keys, s.fixed.runs)
 	case op.resume:
-		mode = argR
-	}
-	if t.Enter != "" {
-		keys[7] = s.stepKey(t.Enter)
+		args[0] = argR
 	}
 	if op.ackID != "" {
-		keys[8] = op.ackStream
+		parts |= partAck
+		args = append(args, s.fixed.group, op.ackID)
+		keys = append(keys, op.ackStream)
+	}
+	if oldTimer {
+		parts |= partOldTimer
+		args = append(args, timerMember(t.Run, t.Visit))
+		keys = append(keys, s.fixed.timeouts)
 	}
 	if len(op.dead) > 0 {
-		keys[9] = op.deadKey
-	}
-	args = make([]any, 0, 48+len(op.dead))
-	args = append(args, mode, t.Run, itoa(t.Visit), started, s.fixed.group, strArg(op.ackID))
-	if oldTimer {
-		args = append(args, timerMember(t.Run, t.Visit))
-	} else {
-		args = append(args, argEmpty)
-	}
-	args = append(args, len(op.dead))
-	for _, f := range op.dead {
-		args = append(args, f)
-	}
-	args = append(args, s.nameArg(t.Enter))
-	var dMember, dScore, tMember, tScore any = argEmpty, argZero, argEmpty, argZero
-	var fields []string
-	if t.Enter != "" {
-		fields = stepFields(t.Run, t.Visit+1, op.trace())
-		if t.EnterDelay > 0 {
-			dMember, dScore = delayedMember(t.Enter, fields), msOf(t.At.Add(t.EnterDelay))
-		}
-		if !t.EnterDeadline.IsZero() {
-			tMember, tScore = timerMember(t.Run, t.Visit+1), msOf(t.EnterDeadline)
-		}
-	}
-	args = append(args, len(fields))
-	for i, f := range fields {
-		switch {
-		case i == 0:
-			args = append(args, argMsgRun)
-		case i == 2:
-			args = append(args, argMsgVisit)
-		case i == 1 && f == t.Run:
-			args = append(args, args[1]) // the run id, boxed already
-		default:
+		parts |= partDead
+		args = append(args, len(op.dead))
+		for _, f := range op.dead {
 			args = append(args, f)
 		}
+		keys = append(keys, op.deadKey)
 	}
-	args = append(args, dMember, dScore, tMember, tScore)
+	if t.Enter != "" {
+		parts |= partEnter
+		args = append(args, s.nameArg(t.Enter))
+		fields := stepFields(t.Run, t.Visit+1, op.trace())
+		if t.EnterDelay > 0 {
+			parts |= partDelayed
+			args = append(args, delayedMember(t.Enter, fields), msOf(t.At.Add(t.EnterDelay)))
+			keys = append(keys, s.fixed.delayed)
+		} else {
+			// The script writes "run", id, "visit", visit + 1 itself: the rest follows.
+			extra := fields[4:]
+			args = append(args, len(extra))
+			for _, f := range extra {
+				args = append(args, f)
+			}
+			keys = append(keys, s.stepKey(t.Enter))
+		}
+		if !t.EnterDeadline.IsZero() {
+			parts |= partTimeout
+			args = append(args, timerMember(t.Run, t.Visit+1), msOf(t.EnterDeadline))
+			keys = append(keys, s.fixed.timeouts)
+		}
+	}
+	if t.HasOutput {
+		parts |= partOutput
+		var out any = argNull
+		if len(t.Output) > 0 {
+			out = string(t.Output)
+		}
+		args = append(args, s.nameArg(t.Step), out)
+	}
+	if t.Done {
+		parts |= partDone
+		args = append(args, s.fixed.retention)
+	}
+	args[3] = partArgs[parts]
 	var hash []any
 	if op.create != nil {
 		hash = stateFields(op.create)
@@ -155,15 +190,10 @@ func (s *Store) call(op applyOp) (keys []string, args []any) {
 	}
 	args = append(args, len(hash))
 	args = append(args, hash...)
-	var out any = argNull
-	if len(t.Output) > 0 {
-		out = string(t.Output)
-	}
-	args = append(args, s.nameArg(t.Step), boolArg(t.HasOutput), out, len(t.History))
+	args = append(args, len(t.History))
 	for _, e := range t.History {
 		args = append(args, eventJSON(e))
 	}
-	args = append(args, boolArg(t.Done), s.fixed.retention)
 	return keys, args
 }
 
