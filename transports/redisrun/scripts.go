@@ -35,35 +35,38 @@ import "github.com/redis/go-redis/v9"
 // first, so such a failure changes nothing.
 var applyScript = redis.NewScript(`
 local mode, id, visit, opts = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local a, k = 5, 4
-local function arg() local v = ARGV[a]; a = a + 1; return v end
-local function key() k = k + 1; return KEYS[k] end
-local function list() local n = tonumber(arg()); local s = a; a = a + n; return s, n end
-local function has(c) return string.find(opts, c, 1, true) ~= nil end
+local a, k, p = 5, 5, 1
+local o = string.byte(opts, 1)
 local started, runs, group, ackid, ackkey, oldtimer, oldtkey, ds, dn, deadkey
 local enter, es, en, stepkey, dmember, dscore, delayed, tmember, tscore, tkey, outstep, out, retention
-if has('s') then started, runs = arg(), key() end
-if has('a') then group, ackid, ackkey = arg(), arg(), key() end
-if has('o') then oldtimer, oldtkey = arg(), key() end
-if has('d') then ds, dn = list(); deadkey = key() end
-if has('e') then
-  enter = arg()
-  if has('l') then dmember, dscore, delayed = arg(), arg(), key()
-  else es, en = list(); stepkey = key() end
-  if has('t') then tmember, tscore, tkey = arg(), arg(), key() end
+if o == 115 then started, runs = ARGV[a], KEYS[k]; a, k, p = a + 1, k + 1, p + 1; o = string.byte(opts, p) end
+if o == 97 then group, ackid, ackkey = ARGV[a], ARGV[a + 1], KEYS[k]; a, k, p = a + 2, k + 1, p + 1; o = string.byte(opts, p) end
+if o == 111 then oldtimer, oldtkey = ARGV[a], KEYS[k]; a, k, p = a + 1, k + 1, p + 1; o = string.byte(opts, p) end
+if o == 100 then dn, ds, deadkey = tonumber(ARGV[a]), a + 1, KEYS[k]; a, k, p = a + 1 + dn, k + 1, p + 1; o = string.byte(opts, p) end
+if o == 101 then
+  enter = ARGV[a]; a, p = a + 1, p + 1; o = string.byte(opts, p)
+  if o == 108 then
+    dmember, dscore, delayed = ARGV[a], ARGV[a + 1], KEYS[k]; a, k, p = a + 2, k + 1, p + 1; o = string.byte(opts, p)
+  else
+    en, es, stepkey = tonumber(ARGV[a]), a + 1, KEYS[k]; a, k = a + 1 + en, k + 1
+  end
+  if o == 116 then tmember, tscore, tkey = ARGV[a], ARGV[a + 1], KEYS[k]; a, k, p = a + 2, k + 1, p + 1; o = string.byte(opts, p) end
 end
-if has('u') then outstep, out = arg(), arg() end
-if has('x') then retention = arg() end
-local hs, hn = list()
-local vs, vn = list()
-local function ack() if ackid then redis.call('XACK', ackkey, group, ackid) end end
+if o == 117 then outstep, out = ARGV[a], ARGV[a + 1]; a, p = a + 2, p + 1; o = string.byte(opts, p) end
+if o == 120 then retention = ARGV[a]; a = a + 1 end
+local hn, hs = tonumber(ARGV[a]), a + 1
+a = hs + hn
+local vn, vs = tonumber(ARGV[a]), a + 1
 local old
 if mode == 'c' then
   if redis.call('EXISTS', KEYS[1]) == 1 then return {0} end
 else
   old = redis.call('HMGET', KEYS[1], 'visit', 'step', 'status', 'started_at')
   local ended = old[3] ~= 'running' and old[3] ~= 'waiting' and old[3] ~= 'compensating'
-  if old[1] ~= visit or (ended and mode ~= 'r') then ack(); return {0} end
+  if old[1] ~= visit or (ended and mode ~= 'r') then
+    if ackid then redis.call('XACK', ackkey, group, ackid) end
+    return {0}
+  end
   started = old[4] or '0'
 end
 if deadkey then redis.call('XADD', deadkey, '*', unpack(ARGV, ds, ds + dn - 1)) end
@@ -88,7 +91,7 @@ elseif old and old[3] ~= 'running' and old[3] ~= 'waiting' and old[3] ~= 'compen
   for i = 1, 3 do redis.call('PERSIST', KEYS[i]) end
 end
 if oldtimer then redis.call('ZREM', oldtkey, oldtimer) end
-ack()
+if ackid then redis.call('XACK', ackkey, group, ackid) end
 return {1, started}
 `)
 
