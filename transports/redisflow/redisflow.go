@@ -208,11 +208,12 @@ func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 		renews[i] = renewScript.EvalSha(ctx, p, s.leaseKeys(x.Conc, x.Dedupe), x.Token, renewWhich(x), lease)
 	}
 	n := min(len(r.Admits), max(r.Max, 0))
+	leaseArg := any(lease) // boxed once a round, not once a claim
 	claims := make([]*redis.StatusCmd, n) // dedupe alone: SET NX GET claims the key and says what held it
 	scripted := make([]int, 0, n)         // indexes of the admissions the script decides
 	for i, a := range r.Admits[:n] {
 		if a.Conc == "" && a.Throttle == "" {
-			claims[i] = p.SetArgs(ctx, s.prefix+a.Dedupe, "run:"+a.Token, redis.SetArgs{Mode: "NX", Get: true, TTL: r.Lease})
+			claims[i] = status(ctx, p, "set", s.prefix+a.Dedupe, "run:"+a.Token, "nx", "get", "px", leaseArg)
 			continue
 		}
 		scripted = append(scripted, i)
@@ -292,23 +293,44 @@ type sentCmd struct {
 
 // queueReleases queues each release's commands on p: the concurrency slot and the dedupe key.
 func (s *Store) queueReleases(ctx context.Context, p redis.Pipeliner, xs []engine.FlowRelease) []sentCmd {
-	var releases []sentCmd
+	releases := make([]sentCmd, 0, len(xs))
+	var window time.Duration
+	var windowArg any // boxed once for the round's windows (a pipeline has one)
 	for i, x := range xs {
 		if x.Conc != "" {
-			releases = append(releases, sentCmd{i, "zrem", s.prefix + x.Conc, p.ZRem(ctx, s.prefix+x.Conc, x.Token)})
+			k := s.prefix + x.Conc
+			releases = append(releases, sentCmd{i, "zrem", k, integer(ctx, p, "zrem", k, x.Token)})
 		}
 		switch {
 		case x.Dedupe == "":
 		case x.Window > 0:
+			if windowArg == nil || x.Window != window {
+				window, windowArg = x.Window, any(ms(x.Window))
+			}
 			// Written whoever holds the claim by now: the message succeeded, so any copy is a
 			// duplicate.
-			releases = append(releases, sentCmd{i, "set", s.prefix + x.Dedupe, p.Set(ctx, s.prefix+x.Dedupe, "done", x.Window)})
+			k := s.prefix + x.Dedupe
+			releases = append(releases, sentCmd{i, "set", k, status(ctx, p, "set", k, "done", "px", windowArg)})
 		default:
 			releases = append(releases, sentCmd{i, "evalsha", s.prefix + x.Dedupe,
 				dropClaimScript.EvalSha(ctx, p, []string{s.prefix + x.Dedupe}, x.Token)})
 		}
 	}
 	return releases
+}
+
+// status and integer queue one command on p with its arguments as given: one allocation for
+// them, where go-redis's SetArgs, Set and ZRem grow theirs, a cost paid per delivery here.
+func status(ctx context.Context, p redis.Pipeliner, args ...any) *redis.StatusCmd {
+	c := redis.NewStatusCmd(ctx, args...)
+	_ = p.Process(ctx, c)
+	return c
+}
+
+func integer(ctx context.Context, p redis.Pipeliner, args ...any) *redis.IntCmd {
+	c := redis.NewIntCmd(ctx, args...)
+	_ = p.Process(ctx, c)
+	return c
 }
 
 // claimVerdicts reads what each dedupe-only SET NX GET claim found into verdict.
