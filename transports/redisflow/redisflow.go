@@ -208,7 +208,7 @@ func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 		renews[i] = renewScript.EvalSha(ctx, p, s.leaseKeys(x.Conc, x.Dedupe), x.Token, renewWhich(x), lease)
 	}
 	n := min(len(r.Admits), max(r.Max, 0))
-	leaseArg := any(lease) // boxed once a round, not once a claim
+	leaseArg := any(lease)                // boxed once a round, not once a claim
 	claims := make([]*redis.StatusCmd, n) // dedupe alone: SET NX GET claims the key and says what held it
 	scripted := make([]int, 0, n)         // indexes of the admissions the script decides
 	for i, a := range r.Admits[:n] {
