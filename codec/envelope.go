@@ -37,9 +37,19 @@ func DecodeEnvelope(b []byte) (headers map[string]string, payload []byte) {
 // b itself (not copied) with empty headers. A malformed envelope is a bare payload too, and the
 // *EnvelopeError says where it went wrong.
 func DecodeEnvelopeInto(b []byte, m *engine.Message) error {
+	return DecodeEnvelopeShared(b, m, nil)
+}
+
+// DecodeEnvelopeShared is DecodeEnvelopeInto that gives a bare payload the headers map bare, when
+// not nil, rather than a new one: a delivery's headers are read-only once received
+// (engine.Message), so a source may share one empty map among the bare elements of a read.
+func DecodeEnvelopeShared(b []byte, m *engine.Message, bare map[string]string) error {
 	h, p, form, err := decodeEnvelope(b)
 	if err != nil || h == nil {
-		m.Headers, m.Payload, m.Form = make(map[string]string), b, engine.FormBare
+		if bare == nil {
+			bare = make(map[string]string)
+		}
+		m.Headers, m.Payload, m.Form = bare, b, engine.FormBare
 		return err
 	}
 	m.Headers, m.Payload, m.Form = h, p, form
