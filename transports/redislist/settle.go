@@ -140,13 +140,16 @@ func (s *Source) planSettle(ctx context.Context, pipe redis.Pipeliner, batch []e
 // ackResults marks each acknowledgement whose LREM went through settled, and adds a fault for
 // each that did not.
 func (s *Source) ackResults(toks []*token, rems []remCmd, pipeErr error, se *engine.SettleError) {
+	done := make([]*token, 0, len(rems))
 	for _, r := range rems {
 		if cerr := redisconn.FirstErr(r.cmd.Err(), pipeErr); cerr != nil {
 			se.Add(redisconn.Fault(r.i, "lrem", s.opts.Processing, cerr, s.secrets...))
 			continue
 		}
-		s.settled(toks[r.i])
+		toks[r.i].done = true
+		done = append(done, toks[r.i])
 	}
+	s.uncount(done...) // under one lock for the batch
 }
 
 // copyResults reads the settle script's reply: per copy "ok", "settled" (an earlier call did it)

@@ -39,7 +39,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -94,9 +93,11 @@ type Source struct {
 	more int
 
 	mu sync.Mutex
-	// held counts, by content, the elements handed to the engine and not yet removed from the
-	// processing list (reliable only); a sweep leaves those alone.
-	held map[string]int
+	// held holds the reads with elements handed to the engine and not yet removed from the
+	// processing list (reliable only; their tokens are counted); a sweep leaves those alone.
+	// By read, not by element: counting costs one map write per read, and only the sweep, which
+	// is rare, looks at the elements.
+	held map[*heldRead]struct{}
 	// returned holds, in order, what a simple list handed over and the engine gave back
 	// unstarted at a stop; Close puts them back at the read end.
 	returned []string
@@ -114,10 +115,11 @@ var (
 // done for it, so a batch the engine retries after a partial failure writes no copy twice.
 type token struct {
 	elem    string
-	counted bool   // in Source.held
-	copied  bool   // a copy written outside the settling MULTI (another slot) is in place
-	member  string // the delay-queue member of a durable delay, once made
-	done    bool   // settled
+	read    *heldRead // the read it came in, while counted
+	counted bool      // in Source.held (guarded by Source.mu)
+	copied  bool      // a copy written outside the settling MULTI (another slot) is in place
+	member  string    // the delay-queue member of a durable delay, once made
+	done    bool      // settled
 }
 
 // Element returns the exact bytes a delivery's element was read as, and false for a delivery
@@ -156,7 +158,7 @@ func New(client redis.UniversalClient, opts Options, log zerolog.Logger) (*Sourc
 		state:   redisconn.NewStateLog(log, "list read", secrets...),
 		secrets: secrets,
 		more:    opts.Batch - 1,
-		held:    map[string]int{},
+		held:    map[*heldRead]struct{}{},
 	}
 	if opts.Reliable {
 		s.conns = redisconn.Watch(client)
@@ -395,18 +397,16 @@ func (s *Source) handOver(ctx context.Context, feed engine.Feed, elems []string)
 			s.noteMalformed(err)
 		}
 		ds[i], toks[i] = d, t
-		// Counted before the send: a fast handler may settle it before the send returns.
-		if s.opts.Reliable {
-			s.count(t)
-		}
+	}
+	// Counted before the send: a fast handler may settle them before the send returns.
+	if s.opts.Reliable {
+		s.count(tokBlock)
 	}
 	if feed.Push(ctx, ds) {
 		return true
 	}
 	if s.opts.Reliable {
-		for _, t := range toks {
-			s.uncount(t) // returnUnhanded finds them in the processing list
-		}
+		s.uncount(toks...) // returnUnhanded finds them in the processing list
 	} else {
 		s.pushBack(ctx, elems)
 	}
@@ -484,9 +484,7 @@ func (s *Source) sweep(ctx context.Context, stopping bool) error {
 	if len(elems) == 0 {
 		return nil
 	}
-	s.mu.Lock()
-	avail := maps.Clone(s.held)
-	s.mu.Unlock()
+	avail := s.heldElements()
 	var stray []string
 	for _, e := range elems { // newest first, so the oldest ends up rightmost, read first
 		if avail[e] > 0 {
@@ -529,23 +527,54 @@ func (s *Source) sweep(ctx context.Context, stopping bool) error {
 	return nil
 }
 
-func (s *Source) count(t *token) {
-	s.mu.Lock()
-	s.held[t.elem]++
-	s.mu.Unlock()
-	t.counted = true
+// heldRead is one read's tokens while any of them is counted.
+type heldRead struct {
+	toks    []token
+	counted int
 }
 
-func (s *Source) uncount(t *token) {
-	if !t.counted {
-		return
-	}
+// count notes one read's tokens as held by the engine.
+func (s *Source) count(toks []token) {
+	r := &heldRead{toks: toks, counted: len(toks)}
 	s.mu.Lock()
-	if s.held[t.elem]--; s.held[t.elem] <= 0 {
-		delete(s.held, t.elem)
+	for i := range toks {
+		toks[i].read, toks[i].counted = r, true
+	}
+	s.held[r] = struct{}{}
+	s.mu.Unlock()
+}
+
+// uncount notes tokens as no longer held: settled, given back or forgotten.
+func (s *Source) uncount(toks ...*token) {
+	s.mu.Lock()
+	for _, t := range toks {
+		if !t.counted {
+			continue
+		}
+		t.counted = false
+		if r := t.read; r != nil {
+			if r.counted--; r.counted == 0 {
+				delete(s.held, r)
+			}
+			t.read = nil
+		}
 	}
 	s.mu.Unlock()
-	t.counted = false
+}
+
+// heldElements counts, by content, the elements the engine holds.
+func (s *Source) heldElements() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	avail := make(map[string]int)
+	for r := range s.held {
+		for i := range r.toks {
+			if r.toks[i].counted {
+				avail[r.toks[i].elem]++
+			}
+		}
+	}
+	return avail
 }
 
 // blockSeconds formats a sub-second block for BLMOVE and BRPOP, which take fractional seconds.

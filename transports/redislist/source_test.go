@@ -305,3 +305,30 @@ func TestCluster(t *testing.T) {
 	wantList(t, c, "x1", "1")
 	wantList(t, c, "x2", "2")
 }
+
+// TestSweepLeavesHeldElements: a sweep returns exactly the processing list's elements the
+// engine does not hold, counting equal elements one by one, across reads partly settled.
+func TestSweepLeavesHeldElements(t *testing.T) {
+	_, c := redistest.Fresh(t)
+	ctx := context.Background()
+	src := newSource(t, c, Options{Key: "sw", Reliable: true, Consumer: "w1"})
+	// Newest first: "gone" was moved first, so it sits at the right end.
+	lpush(t, c, "sw:processing:w1", "gone", "dup", "dup", "solo", "settled")
+	first := []token{{elem: "dup"}, {elem: "settled"}}
+	second := []token{{elem: "solo"}}
+	src.count(first)
+	src.count(second)
+	src.uncount(&first[1]) // settled: no longer held, though still in the list here
+	if err := src.sweep(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	wantList(t, c, "sw:processing:w1", "solo", "dup")
+	wantList(t, c, "sw", "settled", "dup", "gone")
+	src.uncount(&first[0], &second[0], &second[0]) // uncounting twice changes nothing
+	if n := len(src.heldElements()); n != 0 {
+		t.Fatalf("%d elements still held", n)
+	}
+	if len(src.held) != 0 {
+		t.Fatalf("%d reads still held", len(src.held))
+	}
+}
