@@ -176,27 +176,76 @@ func decodeState(workflowName, id string, h, out map[string]string) (*workflow.S
 	if len(h) == 0 {
 		return nil, nil
 	}
-	visit, err := atoi(h[fVisit])
+	return newState(workflowName, id, func(f string) string { return h[f] }, out)
+}
+
+// loadFields are the fields of a run hash a step's load reads (HMGET, loadArgs): every field
+// newState reads. The input is among them whatever the step reads, since it is the step's
+// payload when the step sets none (and so what a dead letter carries).
+var loadFields = []string{fStatus, fStep, fVisit, fError, fFinished, fPending, fEnding, fFailedStep,
+	fCompensated, fFingerprint, fTrace, fStartedAt, fUpdatedAt, fInput}
+
+// loadIndex is each of loadFields' place in an HMGET reply.
+var loadIndex = func() map[string]int {
+	m := make(map[string]int, len(loadFields))
+	for i, f := range loadFields {
+		m[f] = i
+	}
+	return m
+}()
+
+// boxedLoadFields are loadFields as command arguments, boxed once.
+var boxedLoadFields = func() []any {
+	out := make([]any, len(loadFields))
+	for i, f := range loadFields {
+		out[i] = f
+	}
+	return out
+}()
+
+// loadArgs is HMGET of a run hash's loadFields.
+func loadArgs(key string) []any {
+	return append([]any{"hmget", key}, boxedLoadFields...)
+}
+
+// decodeLoaded reads the reply of HMGET loadArgs (and the outputs, nil when not loaded); nil
+// when the run hash does not exist (every field missing).
+func decodeLoaded(workflowName, id string, vals []any, out map[string]string) (*workflow.State, error) {
+	if !slices.ContainsFunc(vals, func(v any) bool { return v != nil }) {
+		return nil, nil
+	}
+	return newState(workflowName, id, func(f string) string {
+		if i, ok := loadIndex[f]; ok && i < len(vals) {
+			s, _ := vals[i].(string)
+			return s
+		}
+		return ""
+	}, out)
+}
+
+// newState is a run as its hash's fields (get) and outputs say.
+func newState(workflowName, id string, get func(field string) string, out map[string]string) (*workflow.State, error) {
+	visit, err := atoi(get(fVisit))
 	if err != nil {
-		return nil, fmt.Errorf("run %s: visit %q: %w", id, h[fVisit], err)
+		return nil, fmt.Errorf("run %s: visit %q: %w", id, get(fVisit), err)
 	}
 	st := &workflow.State{
 		ID:          id,
 		Workflow:    workflowName,
-		Status:      workflow.Status(h[fStatus]),
-		Step:        h[fStep],
+		Status:      workflow.Status(get(fStatus)),
+		Step:        get(fStep),
 		Visit:       visit,
-		Input:       json.RawMessage(h[fInput]),
-		Error:       h[fError],
-		Finished:    parseList(h[fFinished]),
-		Pending:     parseList(h[fPending]),
-		Ending:      workflow.Status(h[fEnding]),
-		FailedStep:  h[fFailedStep],
-		Compensated: h[fCompensated] == "1",
-		Fingerprint: h[fFingerprint],
-		TraceParent: h[fTrace],
-		StartedAt:   timeOfMS(h[fStartedAt]),
-		UpdatedAt:   timeOfMS(h[fUpdatedAt]),
+		Input:       json.RawMessage(get(fInput)),
+		Error:       get(fError),
+		Finished:    parseList(get(fFinished)),
+		Pending:     parseList(get(fPending)),
+		Ending:      workflow.Status(get(fEnding)),
+		FailedStep:  get(fFailedStep),
+		Compensated: get(fCompensated) == "1",
+		Fingerprint: get(fFingerprint),
+		TraceParent: get(fTrace),
+		StartedAt:   timeOfMS(get(fStartedAt)),
+		UpdatedAt:   timeOfMS(get(fUpdatedAt)),
 	}
 	if len(st.Input) == 0 {
 		st.Input = json.RawMessage("null")

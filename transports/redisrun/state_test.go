@@ -2,8 +2,11 @@ package redisrun
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/flowrun/flowrun/workflow"
 )
@@ -52,5 +55,43 @@ func TestListsRoundTrip(t *testing.T) {
 	}
 	if got := parseList(""); got != nil {
 		t.Errorf("empty field: %q", got)
+	}
+}
+
+// A step's load (HMGET of loadFields) reads a run as HGETALL does: every field a state holds
+// is among loadFields, and a missing run is nil.
+func TestLoadReadsEveryField(t *testing.T) {
+	e := newEnv(t)
+	st := &workflow.State{ID: "r1", Workflow: "order", Status: workflow.Compensating, Step: "release", Visit: 4,
+		Input: json.RawMessage(`{"sku":"a"}`), Error: "declined", Finished: []string{"reserve"}, Pending: []string{"reserve"},
+		Ending: workflow.Failed, FailedStep: "charge", Compensated: true, Fingerprint: "f1", TraceParent: "00-abc-def-01",
+		StartedAt: time.UnixMilli(1_700_000_000_000), UpdatedAt: time.UnixMilli(1_700_000_001_000)}
+	if err := e.rdb.HSet(e.ctx, e.k.run("r1"), stateFields(st)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	want, err := decodeState("order", "r1", e.hgetall(e.k.run("r1")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"r1", "gone"} {
+		cmd := redis.NewSliceCmd(e.ctx, loadArgs(e.k.run(id))...)
+		if err := e.rdb.Process(e.ctx, cmd); err != nil {
+			t.Fatal(err)
+		}
+		got, err := decodeLoaded("order", id, cmd.Val(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id == "gone" {
+			if got != nil {
+				t.Errorf("a missing run loads as %+v, want nil", got)
+			}
+			continue
+		}
+		stored := *st // as read back: times in UTC
+		stored.StartedAt, stored.UpdatedAt = st.StartedAt.UTC(), st.UpdatedAt.UTC()
+		if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(*got, stored) {
+			t.Errorf("loaded %+v\nwant    %+v\nstored  %+v", got, want, st)
+		}
 	}
 }

@@ -306,13 +306,16 @@ type loaded struct {
 	steps map[string]any
 }
 
-// deliveries loads the runs of msgs in one round trip (HGETALL of each run's record and, unless
-// SkipSteps, its outputs) and makes each entry a delivery whose Run is its visit. Entries whose data is gone
+// deliveries loads the runs of msgs in one round trip (HMGET of each run's record and, unless
+// SkipSteps, HGETALL of its outputs) and makes each entry a delivery whose Run is its visit. Entries whose data is gone
 // (a trimmed stream) are acknowledged.
 func (src *stepSource) deliveries(ctx context.Context, msgs []redis.XMessage) ([]*engine.Delivery, error) {
 	runs := map[string]*loaded{}
 	pipe := src.s.c.Pipeline()
-	type load struct{ h, out *redis.MapStringStringCmd }
+	type load struct {
+		h   *redis.SliceCmd
+		out *redis.MapStringStringCmd
+	}
 	loads := map[string]load{}
 	var gone []string
 	for _, m := range msgs {
@@ -324,7 +327,8 @@ func (src *stepSource) deliveries(ctx context.Context, msgs []redis.XMessage) ([
 		if _, ok := loads[id]; ok || id == "" {
 			continue
 		}
-		l := load{h: pipe.HGetAll(ctx, src.s.k.run(id))}
+		l := load{h: redis.NewSliceCmd(ctx, loadArgs(src.s.k.run(id))...)}
+		_ = pipe.Process(ctx, l.h)
 		if !src.o.SkipSteps {
 			l.out = pipe.HGetAll(ctx, src.s.k.out(id))
 		}
@@ -350,7 +354,7 @@ func (src *stepSource) deliveries(ctx context.Context, msgs []redis.XMessage) ([
 			src.untrack(ids(msgs))
 			return nil, fmt.Errorf("redisrun: load run %s: %w", id, err)
 		}
-		st, err := decodeState(src.s.g.Name, id, l.h.Val(), out)
+		st, err := decodeLoaded(src.s.g.Name, id, l.h.Val(), out)
 		if err != nil {
 			src.log.Warn().Err(err).Msg("run record does not decode; its step messages are acknowledged unrun")
 		}
