@@ -22,6 +22,7 @@ func (s *flowState) request(now time.Time, admit bool) roundReq {
 	if len(q.rel) > flowMaxRound {
 		q.rel = q.rel[:flowMaxRound]
 	}
+	q.r.Releases = make([]FlowRelease, 0, len(q.rel))
 	for _, fd := range q.rel {
 		x := FlowRelease{FlowLease: s.running[fd.d].lease}
 		if s.f.Dedupe != nil && !fd.returned && fd.dec.Label.acked() {
@@ -30,6 +31,8 @@ func (s *flowState) request(now time.Time, admit bool) roundReq {
 		q.r.Releases = append(q.r.Releases, x)
 	}
 	if s.renewDue(now) {
+		q.renewing = make([]*Delivery, 0, len(s.running))
+		q.r.Renews = make([]FlowLease, 0, len(s.running))
 		for d, t := range s.running {
 			q.renewing = append(q.renewing, d)
 			q.r.Renews = append(q.r.Renews, t.lease)
@@ -51,25 +54,47 @@ func (s *flowState) request(now time.Time, admit bool) roundReq {
 // (grant), so that a key busy in another process does not hold back the rest, without making
 // Redis read hundreds of candidates to grant a few.
 func chooseAdmits(parked []*flowWait, rel []FlowRelease, heldConc map[string]int, heldDedupe map[string]bool, grant int) []FlowAdmit {
-	relConc, relDedupe := map[string]int{}, map[string]bool{}
-	for _, x := range rel {
-		relConc[x.Conc]++
-		relDedupe[x.Dedupe] = true
+	// The keys rel releases, counted the first time a candidate needs a key held here: most
+	// rounds need none (a key is held here only while its delivery runs), and a round releases
+	// hundreds.
+	var relConc map[string]int
+	var relDedupe map[string]bool
+	released := func() {
+		if relConc != nil {
+			return
+		}
+		relConc, relDedupe = make(map[string]int), make(map[string]bool)
+		for _, x := range rel {
+			if x.Conc != "" {
+				relConc[x.Conc]++
+			}
+			if x.Dedupe != "" {
+				relDedupe[x.Dedupe] = true
+			}
+		}
 	}
-	blocked := map[string]bool{}
 	limit := min(flowMaxRound, grant+min(grant, 32))
-	// What this round's earlier candidates would hold if admitted: a later candidate that could
-	// only wait behind them is not sent either.
-	askConc, askDedupe := map[string]int{}, map[string]bool{}
+	// blocked holds the keys of candidates that could not be sent; askConc and askDedupe what
+	// this round's earlier candidates would hold if admitted: a later candidate that could only
+	// wait behind them is not sent either. Each is made when first needed.
+	var blocked map[string]bool
+	var askConc map[string]int
+	var askDedupe map[string]bool
 	var admits []FlowAdmit
 	for _, w := range parked {
 		w.ask = -1
 		a := &w.admit
-		if len(admits) >= limit || blocked[a.Conc] || blocked[a.Dedupe] || blocked[a.Throttle] {
+		if len(admits) >= limit || blocked != nil && (blocked[a.Conc] || blocked[a.Dedupe] || blocked[a.Throttle]) {
 			continue
+		}
+		if a.Conc != "" && heldConc[a.Conc] > 0 || a.Dedupe != "" && heldDedupe[a.Dedupe] {
+			released()
 		}
 		if a.Conc != "" && heldConc[a.Conc]-relConc[a.Conc]+askConc[a.Conc] >= a.ConcLimit ||
 			a.Dedupe != "" && (askDedupe[a.Dedupe] || heldDedupe[a.Dedupe] && !relDedupe[a.Dedupe]) {
+			if blocked == nil {
+				blocked = make(map[string]bool)
+			}
 			for _, k := range []string{a.Conc, a.Dedupe, a.Throttle} {
 				if k != "" {
 					blocked[k] = true
@@ -78,9 +103,15 @@ func chooseAdmits(parked []*flowWait, rel []FlowRelease, heldConc map[string]int
 			continue
 		}
 		if a.Conc != "" {
+			if askConc == nil {
+				askConc = make(map[string]int)
+			}
 			askConc[a.Conc]++
 		}
 		if a.Dedupe != "" {
+			if askDedupe == nil {
+				askDedupe = make(map[string]bool, min(limit, len(parked)))
+			}
 			askDedupe[a.Dedupe] = true
 		}
 		w.ask = len(admits)
@@ -104,7 +135,6 @@ func (s *flowState) apply(q roundReq, sent, now time.Time, acts *flowActs) {
 // not be marked done is left unsettled instead (the mark goes before the acknowledgement); a
 // lease or claim that could not be let go expires by itself.
 func (s *flowState) applyReleases(q roundReq, acts *flowActs) {
-	s.releases = s.releases[len(q.rel):]
 	relFaults := faultsByIndex(q.r.ReleaseFaults, len(q.rel))
 	for i, fd := range q.rel {
 		if t := s.running[fd.d]; t != nil {
@@ -123,6 +153,11 @@ func (s *flowState) applyReleases(q roundReq, acts *flowActs) {
 			acts.pass = append(acts.pass, fd.dec)
 		}
 	}
+	// What finished during the round moves to the front, so the slice keeps its room: taking
+	// the released ones off its front would shrink it, and every later append copy it anew.
+	n := copy(s.releases, s.releases[len(q.rel):])
+	clear(s.releases[n:])
+	s.releases = s.releases[:n]
 }
 
 // applyRenews sets the next renewal and notes the renewals that failed or came too late.
