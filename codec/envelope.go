@@ -56,14 +56,34 @@ func DecodeEnvelopeShared(b []byte, m *engine.Message, bare map[string]string) e
 	return nil
 }
 
+// foreignObject reports whether the object at b[i] starts with a member no envelope has, by a
+// name written without escapes: the user's own object, read bare whether or not it is valid
+// JSON (an envelope has only payload, headers and encoding), so it need not be validated.
+func foreignObject(b []byte, i int) bool {
+	j := skipSpace(b, i+1)
+	if j >= len(b) || b[j] != '"' {
+		return false
+	}
+	end, escaped := skipString(b, j)
+	if escaped || end > len(b) || b[end-1] != '"' || end-1 == j {
+		return false // unfinished, or a name to unescape: the full path decides
+	}
+	switch string(b[j+1 : end-1]) {
+	case "payload", "headers", "encoding":
+		return false
+	}
+	return true
+}
+
 // offset is where v, a subslice of b, starts in b.
 func offset(b, v []byte) int { return cap(b) - cap(v) }
 
 // decodeEnvelope returns nil headers for a bare payload, and an error for a malformed envelope.
 func decodeEnvelope(b []byte) (map[string]string, []byte, engine.PayloadForm, error) {
-	// Cheap test first: most bare payloads are not objects, and json.Valid reads everything.
+	// Cheap tests first: most bare payloads are not objects, or are objects whose first member
+	// is not an envelope's, and json.Valid reads everything.
 	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' || !json.Valid(b) {
+	if i >= len(b) || b[i] != '{' || foreignObject(b, i) || !json.Valid(b) {
 		return nil, nil, 0, nil
 	}
 	var rawPay, rawHead, rawEnc []byte

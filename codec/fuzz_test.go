@@ -133,6 +133,25 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	})
 }
 
+// FuzzForeignObject: an object foreignObject lets skip validation is one the full path reads as
+// bare too: not valid JSON, or valid with a first member that is not an envelope's.
+func FuzzForeignObject(f *testing.F) {
+	for _, s := range []string{`{"id":1}`, `{"id":`, `{"payload":1}`, `{"pay\u006coad":1}`, `{"":1}`, `{"`, ` { "x" : [}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		i := skipSpace(b, 0)
+		if i >= len(b) || b[i] != '{' || !foreignObject(b, i) || !json.Valid(b) {
+			return
+		}
+		it := newObjectIter(b, i)
+		name, _, ok := it.next()
+		if ok && (string(name) == "payload" || string(name) == "headers" || string(name) == "encoding") {
+			t.Fatalf("%q starts with envelope member %q, yet was taken for the user's own object", b, name)
+		}
+	})
+}
+
 // copyKeepsBytes is the property of SPEC §3 for lists and Pub/Sub: a message read from the wire,
 // written as a copy (a retry copy adds x-retry-count), and read again has every payload byte and
 // header, and its form; and a copy of that copy is written byte for byte the same.
