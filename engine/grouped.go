@@ -28,8 +28,11 @@ type RuleErrorCounter interface {
 // to log it with: a warning with the count held back for the first of its group per interval,
 // else debug. ok is false when err is not grouped.
 func (r *runner) groupedEvent(err error, dec Decision) (ev *zerolog.Event, ok bool) {
+	if err == nil {
+		return nil, false // before g, which errors.As moves to the heap: no allocation per ack
+	}
 	var g GroupedError
-	if err == nil || !errors.As(err, &g) {
+	if !errors.As(err, &g) {
 		return nil, false
 	}
 	group, label := g.ErrorGroup()
