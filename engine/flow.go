@@ -264,8 +264,7 @@ func (g *flowGate) prepare(ds []*Delivery) []*flowWait {
 		var err error
 		if !over {
 			var a FlowAdmit
-			token := g.prefix + strconv.FormatUint(g.seq.Add(1), 36)
-			if a, err = flowAdmit(g.st.f, g.st.slack, token, d); err == nil {
+			if a, err = flowAdmit(g.st.f, g.st.slack, g.token(), d); err == nil {
 				ws = append(ws, &flowWait{d: d, admit: a, ask: -1})
 				continue
 			}
@@ -280,6 +279,13 @@ func (g *flowGate) prepare(ds []*Delivery) []*flowWait {
 	}
 	g.q.Unhold(decided)
 	return ws
+}
+
+// token is a new admission's token: the gate's random prefix and a sequence number, built in
+// one allocation.
+func (g *flowGate) token() string {
+	var b [32]byte
+	return string(strconv.AppendUint(append(b[:0], g.prefix...), g.seq.Add(1), 36))
 }
 
 // loop sends the rounds until every worker has returned, then the last releases (drain).
