@@ -106,17 +106,27 @@ type settlePlan struct {
 // script: KEYS = the processing list, then each distinct destination; ARGV per copy = element,
 // destination's KEYS index, value, due ms ("" for an LPUSH).
 func (s *Source) planSettle(ctx context.Context, pipe redis.Pipeliner, batch []engine.Settlement, toks []*token) settlePlan {
-	p := settlePlan{keys: []string{s.opts.Processing}}
-	keyIdx := map[string]int{s.opts.Processing: 1}
+	p := settlePlan{keys: []string{s.opts.Processing}, rems: make([]remCmd, 0, len(batch))}
+	var keyIdx map[string]int
+	// The LREMs' arguments, laid out in one allocation: go-redis's LRem allocates and boxes
+	// them per delivery (the count -1 too, which as "-1" is written the same).
+	args := make([]any, 0, 4*len(batch))
 	for i, st := range batch {
 		t := toks[i]
 		if t == nil || t.done {
 			continue // refused above, or settled by an earlier call the engine is resending
 		}
-		key := s.copyKey(st)
 		if st.Action == engine.ActAck || (st.Action == engine.ActDeadLetter && t.copied) {
-			p.rems = append(p.rems, remCmd{i, pipe.LRem(ctx, s.opts.Processing, -1, t.elem)})
+			n := len(args)
+			args = append(args, "lrem", s.remKey, "-1", t.elem)
+			cmd := redis.NewIntCmd(ctx, args[n:n+4:n+4]...)
+			_ = pipe.Process(ctx, cmd)
+			p.rems = append(p.rems, remCmd{i, cmd})
 			continue
+		}
+		key := s.copyKey(st)
+		if keyIdx == nil {
+			keyIdx = map[string]int{s.opts.Processing: 1}
 		}
 		k, ok := keyIdx[key]
 		if !ok {

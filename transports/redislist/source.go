@@ -87,6 +87,12 @@ type Source struct {
 	nextDue atomic.Int64         // durable_zset: unix ms of the earliest delayed copy known; 0 when none
 	movedAt atomic.Int64         // durable_zset: unix ms of the last move-back script
 
+	// moveArgs is a read's LMOVE key processing RIGHT LEFT, boxed once and shared by every LMOVE
+	// a read queues (go-redis's LMove builds and boxes its arguments per element); remKey is the
+	// processing list boxed for the LREMs.
+	moveArgs []any
+	remKey   any
+
 	// more is how many non-blocking LMOVEs follow a BLMOVE (reliable reads; Receive only). It
 	// adapts: it doubles while they all find an element and shrinks when the list runs dry, so
 	// a trickle of elements does not cost a full batch of empty replies each.
@@ -162,6 +168,8 @@ func New(client redis.UniversalClient, opts Options, log zerolog.Logger) (*Sourc
 	}
 	if opts.Reliable {
 		s.conns = redisconn.Watch(client)
+		s.moveArgs = []any{"lmove", opts.Key, opts.Processing, "RIGHT", "LEFT"}
+		s.remKey = opts.Processing
 	}
 	return s, nil
 }
@@ -327,7 +335,8 @@ func (s *Source) read(ctx context.Context, limit int) ([]string, error) {
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.StringCmd, n)
 	for i := range cmds {
-		cmds[i] = pipe.LMove(ctx, s.opts.Key, s.opts.Processing, "RIGHT", "LEFT")
+		cmds[i] = redis.NewStringCmd(ctx, s.moveArgs...) // the arguments are only read
+		_ = pipe.Process(ctx, cmds[i])
 	}
 	if err := redisconn.ExecPipe(ctx, pipe); err != nil {
 		s.more = 1
