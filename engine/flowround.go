@@ -81,6 +81,11 @@ func chooseAdmits(parked []*flowWait, rel []FlowRelease, heldConc map[string]int
 	var askConc map[string]int
 	var askDedupe map[string]bool
 	var admits []FlowAdmit
+	if len(parked) > 0 && parked[0].admit.Conc == "" {
+		// Without a concurrency key nearly every candidate is sent (a pipeline's deliveries
+		// all ask for the same blocks): room for them at once, not grown a doubling at a time.
+		admits = make([]FlowAdmit, 0, min(limit, len(parked)))
+	}
 	for _, w := range parked {
 		w.ask = -1
 		a := &w.admit
@@ -242,7 +247,7 @@ func (s *flowState) admitted(w *flowWait, now time.Time) {
 // held here.
 func (s *flowState) ticket(w *flowWait, at time.Time) *flowTicket {
 	l := FlowLease{Token: w.admit.Token, Conc: w.admit.Conc, Dedupe: w.admit.Dedupe}
-	t := &flowTicket{at: at, lease: l, admit: w.admit}
+	t := &flowTicket{at: at, lease: l, throttle: throttleOf(w.admit)}
 	s.running[w.d] = t
 	s.hold(l)
 	return t

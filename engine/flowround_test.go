@@ -298,7 +298,7 @@ func TestFlowFinished(t *testing.T) {
 func TestFlowLate(t *testing.T) {
 	s := newTestState(&Flow{Throttle: &Throttle{Limit: 10, Period: 320 * time.Millisecond}, Concurrency: &ConcurrencyKey{Limit: 1}}, 2, 0)
 	d := &Delivery{}
-	s.running[d] = &flowTicket{lease: FlowLease{Token: "1", Conc: "c:a"}, admit: FlowAdmit{Token: "1", Conc: "c:a", ConcLimit: 1, Throttle: "t", ThrottleLimit: 10, Period: time.Second}}
+	s.running[d] = &flowTicket{lease: FlowLease{Token: "1", Conc: "c:a"}, throttle: throttleOf(FlowAdmit{Token: "1", Conc: "c:a", ConcLimit: 1, Throttle: "t", ThrottleLimit: 10, Period: time.Second})}
 	s.parked = waits(FlowAdmit{Token: "2"})
 	s.slots = 0
 	s.late(d)

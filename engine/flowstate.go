@@ -59,11 +59,24 @@ type flowWait struct {
 
 // flowTicket is what a running delivery holds.
 type flowTicket struct {
-	at       time.Time // admitted
-	by       time.Time // with a throttle slack, the latest it may start; zero: any time
-	lease    FlowLease
-	admit    FlowAdmit // what it was admitted with (a late start asks for its throttle again)
-	handoffs int       // times the lease passed from one delivery of its key to the next
+	at    time.Time // admitted
+	by    time.Time // with a throttle slack, the latest it may start; zero: any time
+	lease FlowLease
+	// throttle is what it was admitted with of its throttle (a late start asks for it again):
+	// the key, limit and period, not the whole admission.
+	throttle throttleAsk
+	handoffs int // times the lease passed from one delivery of its key to the next
+}
+
+// throttleAsk is the throttle part of an admission.
+type throttleAsk struct {
+	key    string
+	limit  int
+	period time.Duration
+}
+
+func throttleOf(a FlowAdmit) throttleAsk {
+	return throttleAsk{key: a.Throttle, limit: a.ThrottleLimit, period: a.Period}
 }
 
 // flowDone is a delivery whose lease is to be released.
@@ -219,7 +232,7 @@ func (s *flowState) late(d *Delivery) {
 	s.poll = flowPollMin
 	s.took = max(s.took, s.slack)
 	t := s.running[d]
-	a := FlowAdmit{Token: t.lease.Token, Throttle: t.admit.Throttle, ThrottleLimit: t.admit.ThrottleLimit, Period: t.admit.Period}
+	a := FlowAdmit{Token: t.lease.Token, Throttle: t.throttle.key, ThrottleLimit: t.throttle.limit, Period: t.throttle.period}
 	s.parked = append([]*flowWait{{d: d, admit: a, ask: -1, again: true}}, s.parked...)
 }
 
@@ -244,7 +257,7 @@ func (s *flowState) handoff(fd flowDone, now time.Time, asking bool) *Delivery {
 			return nil
 		}
 		delete(s.running, fd.d)
-		s.running[w.d] = &flowTicket{at: now, lease: t.lease, admit: w.admit, handoffs: t.handoffs + 1}
+		s.running[w.d] = &flowTicket{at: now, lease: t.lease, throttle: throttleOf(w.admit), handoffs: t.handoffs + 1}
 		s.parked = append(s.parked[:i], s.parked[i+1:]...)
 		s.slots--
 		return w.d
