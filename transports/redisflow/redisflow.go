@@ -256,8 +256,8 @@ func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 		}
 	}
 	for i, c := range claims {
-		if c == nil {
-			continue
+		if c == nil || c.Err() == nil || errors.Is(c.Err(), redis.Nil) {
+			continue // a claim made (nil) or found; the key's name is built for a fault only
 		}
 		if err := fault(&r.AdmitFaults, i, "set", s.prefix+r.Admits[i].Dedupe, c.Err()); err != nil {
 			return err
