@@ -382,6 +382,17 @@ func (s *Store) admit(ctx context.Context, p redis.Pipeliner, lease int64, admit
 	var keys []string
 	params := []any{lease} // two per key
 	index := map[string]int{}
+	// A pipeline's keys of one kind share their numbers: each is boxed once a round, not once
+	// a key.
+	boxed := map[int64]any{}
+	box := func(n int64) any {
+		b, ok := boxed[n]
+		if !ok {
+			b = n
+			boxed[n] = b
+		}
+		return b
+	}
 	ix := func(k string, limit int, period time.Duration) int {
 		if k == "" {
 			return 0
@@ -389,7 +400,7 @@ func (s *Store) admit(ctx context.Context, p redis.Pipeliner, lease int64, admit
 		i, ok := index[k]
 		if !ok {
 			keys = append(keys, s.prefix+k)
-			params = append(params, limit, ms(period))
+			params = append(params, box(int64(limit)), box(ms(period)))
 			i = len(keys)
 			index[k] = i
 		}
@@ -398,7 +409,11 @@ func (s *Store) admit(ctx context.Context, p redis.Pipeliner, lease int64, admit
 	args := make([]any, 0, 4*len(which))
 	for _, i := range which {
 		a := admits[i]
-		args = append(args, a.Token, ix(a.Dedupe, 0, 0), ix(a.Conc, a.ConcLimit, 0), ix(a.Throttle, a.ThrottleLimit, a.Period))
+		var tok any = ""
+		if a.Dedupe != "" || a.Conc != "" {
+			tok = a.Token // a throttle alone holds nothing the token would name
+		}
+		args = append(args, tok, ix(a.Dedupe, 0, 0), ix(a.Conc, a.ConcLimit, 0), ix(a.Throttle, a.ThrottleLimit, a.Period))
 	}
 	return admitScript.EvalSha(ctx, p, keys, append(params, args...)...)
 }
