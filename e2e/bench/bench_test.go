@@ -296,6 +296,15 @@ func TestRowMisses(t *testing.T) {
 	if m := bad.misses(); m != "  <- below 0.90  <- CPU > 1.25×" {
 		t.Fatalf("misses = %q", m)
 	}
+	// The workflow row is held to its own rate target, not to the CPU ratio.
+	wf := row{target: 0.60, plain: sp(1000, time.Second, time.Second), flowrun: sp(610, time.Second, 3*time.Second)}
+	if m := wf.misses(); m != "" {
+		t.Fatalf("a workflow row at 0.61 is flagged %q", m)
+	}
+	wf.flowrun.count = 590
+	if m := wf.misses(); m != "  <- below 0.60" {
+		t.Fatalf("workflow misses = %q", m)
+	}
 	// A flow row is held to its CPU against the pipeline without the block, not to a rate.
 	flow := row{baseline: "without the block", plain: sp(1000, time.Second, time.Second), flowrun: sp(1000, 2*time.Second, 1250*time.Millisecond)}
 	if m := flow.misses(); m != "" {

@@ -50,13 +50,17 @@ func (r row) misses() string {
 		}
 		return ""
 	}
-	var s string
-	least := minRatio
 	if r.target > 0 {
-		least = r.target
+		// A row with a target of its own (workflow: issue 27) is held to that rate alone: its
+		// plain program does less work per run than flowrun must (it never loads the run).
+		if r.ratio() < r.target {
+			return fmt.Sprintf("  <- below %.2f", r.target)
+		}
+		return ""
 	}
-	if r.ratio() < least {
-		s += fmt.Sprintf("  <- below %.2f", least)
+	var s string
+	if r.ratio() < minRatio {
+		s += fmt.Sprintf("  <- below %.2f", minRatio)
 	}
 	if r.cpuRatio() > maxCPURatio {
 		s += fmt.Sprintf("  <- CPU > %.2f×", maxCPURatio)
