@@ -51,6 +51,10 @@ func (r *Reader) AutoClaimReply(most int) (next string, entries int, deleted boo
 	return next, entries, n == 3, err
 }
 
+// ClaimReply reads the head of an XCLAIM reply, [entry …], and returns how many entries follow,
+// at most most (an entry whose data is gone comes with a null field list before Redis 7).
+func (r *Reader) ClaimReply(most int) (int, error) { return r.entries(most) }
+
 // Deleted reads the ids of an XAUTOCLAIM reply whose data is gone.
 func (r *Reader) Deleted() ([]string, error) {
 	n, err := r.Array()

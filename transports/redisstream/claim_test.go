@@ -385,7 +385,8 @@ func passReader(e *env, kind string) (*reader, *recorder) {
 }
 
 // takeOver starts a claiming consumer "a", batch 16 (passes of 8), on a dead backlog of n
-// entries, with hook (if any) on its client.
+// entries, with hook (if any) on its client; then its passes go through go-redis, where the
+// hook sees them, rather than on the bare read connection.
 func takeOver(e *env, n int, hook redis.Hook) (*running, *recorder, Options) {
 	e.t.Helper()
 	deadBacklog(e, n)
@@ -395,7 +396,103 @@ func takeOver(e *env, n int, hook redis.Hook) (*running, *recorder, Options) {
 	}
 	o := claimOpts(KindClaiming, "a")
 	o.Batch = 16
-	return e.startWith(c, rec, o), rec, o
+	src, err := New(c, o, zerolog.New(zerolog.NewTestWriter(e.t)).Level(zerolog.WarnLevel))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	src.noBare = hook != nil
+	return e.run(src, rec), rec, src.o
+}
+
+// callsOf is how many times the server ran cmd since its stats were last reset (INFO
+// commandstats): it sees what the bare read connection sends, which no hook does.
+func callsOf(e *env, cmd string) int {
+	e.t.Helper()
+	for _, l := range strings.Split(e.rdb.Info(e.ctx, "commandstats").Val(), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest+",", ',')])
+			return n
+		}
+	}
+	return 0
+}
+
+// A claiming takeover on the bare read connection (the passes written there, their replies
+// read in order while the next pass is in Redis) delivers every entry exactly once with its
+// delivery count and idle time, in passes of at most half a batch, listing the idle entries
+// in about one XPENDING per pass, and leaves nothing pending.
+func TestClaimingTakeoverBare(t *testing.T) {
+	e := newOwnEnv(t)
+	const n = 400
+	deadBacklog(e, n)
+	e.rdb.ConfigResetStat(e.ctx)
+	o := claimOpts(KindClaiming, "a")
+	o.Batch = 16
+	a := e.start(o)
+	ackEachOnce(t, a, map[string]bool{}, n, func(d *engine.Delivery) {
+		expectCounts(t, d, 2, 1, testMinIdle.Milliseconds(), testMinIdle.Milliseconds()+10_000)
+	})
+	a.None(t, 2*testMinIdle)
+	if n := e.pending("s", "g"); n != 0 {
+		t.Fatalf("pending = %d, want 0", n)
+	}
+	xclaims, listings := callsOf(e, "xclaim"), callsOf(e, "xpending")
+	if xclaims < n/8 {
+		t.Fatalf("%d XCLAIMs for %d entries; want passes of at most half a batch (8)", xclaims, n)
+	}
+	if listings > xclaims+8 {
+		t.Fatalf("%d XPENDINGs for %d XCLAIMs; want the listing to ride on the passes", listings, xclaims)
+	}
+}
+
+// A claiming pass whose reply is cut on the bare read connection, with another pass written
+// behind it, loses nothing: the source reconnects and goes on, and the entries the cut pass
+// (and any pass behind it) claimed come back after min_idle as one attempt more; each entry is
+// delivered once, nothing stays pending.
+func TestClaimingBarePassReplyLost(t *testing.T) {
+	e := newOwnEnv(t)
+	const n = 200
+	deadBacklog(e, n)
+	proxy := redistest.StartProxy(t, e.srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr})
+	t.Cleanup(func() { c.Close() })
+	cut := proxy.CutReply(redistest.Command("XCLAIM"))
+	o := claimOpts(KindClaiming, "a")
+	o.Batch = 16
+	a := e.startWith(c, nil, o)
+	attempt := map[string]int{}
+	deadline := time.After(20 * time.Second)
+	for len(attempt) < n {
+		select {
+		case d := <-a.Out():
+			if _, twice := attempt[d.ID]; twice {
+				t.Fatalf("%s delivered twice", d.ID)
+			}
+			attempt[d.ID] = d.Attempt
+			a.settle(t, ack(d)...)
+		case <-deadline:
+			t.Fatalf("%d of %d entries delivered", len(attempt), n)
+		}
+	}
+	select {
+	case <-cut:
+	default:
+		t.Fatal("no XCLAIM reply was cut")
+	}
+	third := 0
+	for id, k := range attempt {
+		switch k {
+		case 2:
+		case 3:
+			third++
+		default:
+			t.Errorf("%s came as attempt %d, want 2 or 3", id, k)
+		}
+	}
+	if third == 0 {
+		t.Error("no entry came back as attempt 3 after the cut pass")
+	}
+	e.waitFor("nothing pending", 10*time.Second, func() bool { return e.pending("s", "g") == 0 })
 }
 
 // ackEachOnce takes and acknowledges deliveries from r until seen holds n ids, failing on one

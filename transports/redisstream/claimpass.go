@@ -30,6 +30,11 @@ type claimPass struct {
 	listFrom  string
 	listCount int
 
+	// raw: the pass was written on the bare read connection and its replies are read there,
+	// after those of prev (the pass sent before it, if any).
+	raw  *rawRead
+	prev chan struct{}
+
 	ds      []*engine.Delivery // claimed, converted and tracked
 	deleted []string           // claimed ids whose entry data is gone (servers before Redis 7)
 	next    []redis.XPendingExt
@@ -84,8 +89,7 @@ func (r *reader) claimAhead(ctx context.Context, room int) ([]*engine.Delivery, 
 			break
 		}
 		avail -= len(p.ids)
-		r.passes = append(r.passes, p)
-		go r.runPass(ctx, p)
+		r.sendPass(ctx, p)
 	}
 	if len(r.passes) == 0 {
 		return nil, nil
@@ -174,8 +178,61 @@ func (r *reader) outstanding() int {
 	return n
 }
 
-// runPass sends p's round trip and converts what it claimed. It touches only p and the
-// source's tracker, so it may run in a goroutine of its own.
+// sendPass sends p and adds it to the passes in flight. On the source's bare read connection
+// (rawRead) where it has one, the commands are written here and the replies read and converted
+// in a goroutine, after the pass before it: go-redis's reply built a map and boxed strings for
+// every entry. Elsewhere (a Cluster, TLS) runPass sends it through go-redis in a goroutine.
+func (r *reader) sendPass(ctx context.Context, p *claimPass) {
+	if !r.s.noBare {
+		if raw := r.bare(ctx, r.readClient()); raw != nil {
+			p.raw = raw
+			if n := len(r.passes); n > 0 {
+				p.prev = r.passes[n-1].done
+			}
+			r.passes = append(r.passes, p)
+			err := raw.sendClaim(ctx, r.s, p.ids, p.listFrom, p.listCount)
+			go r.readPass(p, err)
+			return
+		}
+	}
+	r.passes = append(r.passes, p)
+	go r.runPass(ctx, p)
+}
+
+// readPass reads the replies of a pass sendPass wrote on the bare connection (sent is the
+// write's error), once the pass before it has read its own, and converts what it claimed.
+func (r *reader) readPass(p *claimPass, sent error) {
+	defer close(p.done)
+	if p.prev != nil {
+		<-p.prev
+	}
+	s := r.s
+	if sent != nil {
+		p.err = fmt.Errorf("redisstream: xclaim %s: %w", s.o.Stream, sent)
+		return
+	}
+	ds, gone, listed, listErr, err := p.raw.claimReplies(s, len(p.ids), p.listCount)
+	if err != nil {
+		p.err = fmt.Errorf("redisstream: xclaim %s: %w", s.o.Stream, err)
+		return
+	}
+	p.next, p.nextOK = listed, listErr == nil
+	p.deleted = gone
+	r.claimed(p, ds)
+}
+
+// waitRawPasses waits for the passes whose replies are read on the bare connection, before
+// that connection is given back: what they claimed is then handed over by the next step.
+func (r *reader) waitRawPasses() {
+	for _, p := range r.passes {
+		if p.raw != nil {
+			<-p.done
+		}
+	}
+}
+
+// runPass sends p's round trip through go-redis and converts what it claimed. It touches only
+// p and the source's tracker, so it may run in a goroutine of its own.
 func (r *reader) runPass(ctx context.Context, p *claimPass) {
 	defer close(p.done)
 	s := r.s
@@ -210,7 +267,13 @@ func (r *reader) runPass(ctx context.Context, p *claimPass) {
 			keep = append(keep, m)
 		}
 	}
-	p.ds = s.deliveries(keep)
+	r.claimed(p, s.deliveries(keep))
+}
+
+// claimed numbers the deliveries p claimed from what XPENDING said of them, and tracks them.
+func (r *reader) claimed(p *claimPass, ds []*engine.Delivery) {
+	s := r.s
+	p.ds = ds
 	// XCLAIM answers in the order of its ids, leaving out those it refused: each entry is
 	// found after the last one (a search from the start only if that ever were not so).
 	from := 0

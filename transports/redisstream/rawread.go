@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,7 +33,9 @@ type rawRead struct {
 	// go-redis's timeouts, as its options hold them once set up: > 0 a deadline that far
 	// ahead, 0 none, < 0 deadlines left alone.
 	readTimeout, writeTimeout time.Duration
-	broken                    bool // a read or write failed: closed, not to be used again
+	// broken: a read or write failed, the connection is closed and not to be used again. Atomic:
+	// claiming passes read their replies in a goroutine while the next pass is written.
+	broken atomic.Bool
 	// most is the most entries the reply being read may hold (the COUNT asked for): a reply
 	// that claims more is not believed, and nothing is allocated for it.
 	most int
@@ -91,7 +94,7 @@ func (r *rawRead) autoClaim(ctx context.Context, s *Source, cursor string, count
 	r.most = count
 	next, ds, gone, err = r.autoClaimReply(s)
 	r.keepIf(err)
-	if r.broken || pending == 0 {
+	if r.broken.Load() || pending == 0 {
 		return next, ds, gone, nil, err
 	}
 	r.most = pending
@@ -103,11 +106,56 @@ func (r *rawRead) autoClaim(ctx context.Context, s *Source, cursor string, count
 	return next, ds, gone, known, err
 }
 
+// sendClaim writes a claiming pass's XCLAIM of ids and, with listCount > 0, the XPENDING of up to
+// listCount entries idle for min_idle after listFrom, as runPass sends them through go-redis.
+// Their replies are read with claimReplies, in the order the passes were sent: Redis answers
+// the next pass's commands while this process parses the last one's.
+func (r *rawRead) sendClaim(ctx context.Context, s *Source, ids []string, listFrom string, listCount int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	minIdle := strconv.FormatInt(s.o.MinIdle.Milliseconds(), 10)
+	claim := make([]string, 0, 5+len(ids))
+	claim = append(claim, "XCLAIM", s.o.Stream, s.o.Group, s.o.Consumer, minIdle)
+	claim = append(claim, ids...)
+	if listCount == 0 {
+		return r.send(0, claim)
+	}
+	return r.send(0, claim, []string{"XPENDING", s.o.Stream, s.o.Group, "IDLE", minIdle,
+		listFrom, "+", strconv.Itoa(listCount)})
+}
+
+// claimReplies reads the replies sendClaim asked for: the entries claimed (at most count) and
+// the ids among them whose data is gone, then, with listCount > 0, the entries listed (nil with
+// listErr set where that XPENDING failed). An XCLAIM that failed fails the pass; its XPENDING's
+// reply is read all the same, so the connection stays in step.
+func (r *rawRead) claimReplies(s *Source, count, listCount int) (ds []*engine.Delivery, gone []string, listed []redis.XPendingExt, listErr, err error) {
+	if r.broken.Load() {
+		return nil, nil, nil, net.ErrClosed, net.ErrClosed
+	}
+	r.most = count
+	n, err := r.rd.ClaimReply(count)
+	if err == nil && n > 0 {
+		ds, gone, err = r.entries(s, n)
+	}
+	r.keepIf(err)
+	if listCount == 0 {
+		return ds, gone, nil, nil, err
+	}
+	if r.broken.Load() {
+		return ds, gone, nil, net.ErrClosed, err
+	}
+	r.most = listCount
+	listed, listErr = r.pendingReply()
+	r.keepIf(listErr)
+	return ds, gone, listed, listErr, err
+}
+
 // send writes the commands in one write (a pipeline) and sets the deadline for their replies:
 // the read timeout, plus block for a read that may wait that long for entries (as go-redis
 // allows for its own XREADGROUP).
 func (r *rawRead) send(block time.Duration, cmds ...[]string) error {
-	if r.broken {
+	if r.broken.Load() {
 		return net.ErrClosed
 	}
 	w := r.wbuf[:0]
@@ -153,8 +201,7 @@ func deadline(set func(time.Time) error, timeout time.Duration) error {
 
 // close gives the connection up: a reply may be half read, or still on its way.
 func (r *rawRead) close() {
-	if !r.broken {
-		r.broken = true
+	if r.broken.CompareAndSwap(false, true) {
 		r.nc.Close()
 	}
 }

@@ -191,7 +191,7 @@ func TestRawAutoClaim(t *testing.T) {
 	if len(known) != 2 || known[0].ID != ids[0] || known[0].RetryCount != 2 || known[1].ID != ids[2] || known[1].RetryCount != 2 {
 		t.Fatalf("counts %+v, want both entries at 2", known)
 	}
-	if raw.broken {
+	if raw.broken.Load() {
 		t.Fatal("connection given up after replies read whole")
 	}
 }

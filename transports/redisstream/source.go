@@ -47,6 +47,10 @@ type Source struct {
 	kaCancel context.CancelFunc
 	kaDone   chan struct{}
 
+	// noBare: claiming passes go through go-redis even where the read connection is bare, so
+	// tests can watch them with hooks.
+	noBare bool
+
 	closeOnce sync.Once
 	closed    atomic.Bool
 }
