@@ -269,7 +269,7 @@ func (r *reader) readClient() redis.Cmdable {
 // dropConn gives the held read connection back after an error (go-redis closes it if it
 // broke), so the next read takes a checked or new one from the pool.
 func (r *reader) dropConn() {
-	r.waitRawPasses() // their replies are read on it
+	r.waitRawPasses()               // their replies are read on it
 	r.raw, r.bareTried = nil, false // a connection it gave up on, it closed
 	if r.conn != nil {
 		r.conn.Close()
