@@ -293,10 +293,13 @@ type sentCmd struct {
 
 // queueReleases queues each release's commands on p: the concurrency slot and the dedupe key.
 func (s *Store) queueReleases(ctx context.Context, p redis.Pipeliner, xs []engine.FlowRelease) []sentCmd {
-	releases := make([]sentCmd, 0, len(xs))
+	var releases []sentCmd // made at the first key: a throttle alone releases none
 	var window time.Duration
 	var windowArg any // boxed once for the round's windows (a pipeline has one)
 	for i, x := range xs {
+		if releases == nil && (x.Conc != "" || x.Dedupe != "") {
+			releases = make([]sentCmd, 0, len(xs)-i)
+		}
 		if x.Conc != "" {
 			k := s.prefix + x.Conc
 			releases = append(releases, sentCmd{i, "zrem", k, integer(ctx, p, "zrem", k, x.Token)})
