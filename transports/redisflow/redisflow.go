@@ -167,10 +167,13 @@ end
 return ok
 `)
 
-// dropClaimScript deletes a dedupe claim if it is still this delivery's (a retry or dead
-// letter releases its key; a claim another process took over after an expiry stays).
-var dropClaimScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == 'run:' .. ARGV[1] then return redis.call('DEL', KEYS[1]) end
+// dropClaimsScript deletes each dedupe claim KEYS[i] if it is still the delivery's of token
+// ARGV[i] (a retry or dead letter releases its key; a claim another process took over after an
+// expiry stays).
+var dropClaimsScript = redis.NewScript(`
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == 'run:' .. ARGV[i] then redis.call('DEL', KEYS[i]) end
+end
 return 0
 `)
 
@@ -188,7 +191,7 @@ func (s *Store) Round(ctx context.Context, r *engine.FlowRound) error {
 		// command of a round may be sent twice: releases and renewals are idempotent, and an
 		// admission finds its own claim or lease and counts as made. Its throttle start (a
 		// time, not a token) is then counted twice: stricter for one period, never looser.
-		for _, sc := range []*redis.Script{admitScript, renewScript, dropClaimScript} {
+		for _, sc := range []*redis.Script{admitScript, renewScript, dropClaimsScript} {
 			if err := loadScript(ctx, s.c, sc); err != nil {
 				return fmt.Errorf("redisflow: load script: %w", redisconn.Fault(-1, "script|load", s.prefix, err))
 			}
@@ -202,7 +205,7 @@ func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 	lease := ms(r.Lease)
 	r.ReleaseFaults, r.RenewFaults, r.AdmitFaults = r.ReleaseFaults[:0], r.RenewFaults[:0], r.AdmitFaults[:0]
 	p := s.c.Pipeline()
-	releases := s.queueReleases(ctx, p, r.Releases)
+	releases, drops := s.queueReleases(ctx, p, r.Releases)
 	renews := make([]*redis.Cmd, len(r.Renews))
 	for i, x := range r.Renews {
 		renews[i] = renewScript.EvalSha(ctx, p, s.leaseKeys(x.Conc, x.Dedupe), x.Token, renewWhich(x), lease)
@@ -249,6 +252,12 @@ func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 			return err
 		}
 	}
+	if drops.cmd != nil {
+		if err := s.dropFaults(ctx, r, drops); err != nil {
+			return err
+		}
+		failed = failed || drops.cmd.Err() != nil
+	}
 	for i, c := range renews {
 		x := r.Renews[i]
 		if err := fault(&r.RenewFaults, i, "evalsha", strings.Join(s.leaseKeys(x.Conc, x.Dedupe), " "), c.Err()); err != nil {
@@ -291,9 +300,11 @@ type sentCmd struct {
 	cmd          redis.Cmder
 }
 
-// queueReleases queues each release's commands on p: the concurrency slot and the dedupe key.
-func (s *Store) queueReleases(ctx context.Context, p redis.Pipeliner, xs []engine.FlowRelease) []sentCmd {
+// queueReleases queues each release's commands on p: the concurrency slot and the dedupe key,
+// the claims to delete in one script call for the round.
+func (s *Store) queueReleases(ctx context.Context, p redis.Pipeliner, xs []engine.FlowRelease) ([]sentCmd, drops) {
 	var releases []sentCmd // made at the first key: a throttle alone releases none
+	var drops drops
 	var window time.Duration
 	var windowArg any // boxed once for the round's windows (a pipeline has one)
 	for i, x := range xs {
@@ -315,11 +326,63 @@ func (s *Store) queueReleases(ctx context.Context, p redis.Pipeliner, xs []engin
 			k := s.prefix + x.Dedupe
 			releases = append(releases, sentCmd{i, "set", k, status(ctx, p, "set", k, "done", "px", windowArg)})
 		default:
-			releases = append(releases, sentCmd{i, "evalsha", s.prefix + x.Dedupe,
-				dropClaimScript.EvalSha(ctx, p, []string{s.prefix + x.Dedupe}, x.Token)})
+			drops.index = append(drops.index, i)
+			drops.keys = append(drops.keys, s.prefix+x.Dedupe)
+			drops.tokens = append(drops.tokens, x.Token)
 		}
 	}
-	return releases
+	if len(drops.index) > 0 {
+		drops.cmd = dropClaimsScript.EvalSha(ctx, p, drops.keys, drops.tokens...)
+	}
+	return releases, drops
+}
+
+// drops is a round's dedupe claims to delete (retries and dead letters), sent as one
+// dropClaimsScript call: a script call costs Redis several times the few commands each claim
+// needs.
+type drops struct {
+	index  []int // into the round's Releases
+	keys   []string
+	tokens []any
+	cmd    *redis.Cmd
+}
+
+// dropFaults reads the drops' outcome. When the script failed for good (a key of the wrong
+// type, a permission the user lacks) Redis does not say which claim was at fault: each is
+// deleted again by a script of its own (harmless twice), so that only those that need the bad
+// key fail. A failure that may pass by itself fails the round.
+func (s *Store) dropFaults(ctx context.Context, r *engine.FlowRound, d drops) error {
+	err := d.cmd.Err()
+	if err == nil || errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if f := redisconn.Fault(d.index[0], "evalsha", d.keys[0], err); !f.Permanent {
+		return fmt.Errorf("redisflow: round on %s: %w", s.prefix, f)
+	}
+	each := []*redis.Cmd{d.cmd}
+	if len(d.keys) > 1 {
+		p := s.c.Pipeline()
+		each = make([]*redis.Cmd, len(d.keys))
+		for j, k := range d.keys {
+			each[j] = dropClaimsScript.EvalSha(ctx, p, []string{k}, d.tokens[j])
+		}
+		_, _ = p.Exec(ctx) // each command's own error is read below
+	}
+	for j, c := range each {
+		err := c.Err()
+		if err == nil || errors.Is(err, redis.Nil) {
+			continue
+		}
+		if redisconn.IsNoScript(err) {
+			return errNoScript
+		}
+		f := redisconn.Fault(d.index[j], "evalsha", d.keys[j], err)
+		if !f.Permanent {
+			return fmt.Errorf("redisflow: round on %s: %w", s.prefix, f)
+		}
+		r.ReleaseFaults = append(r.ReleaseFaults, f)
+	}
+	return nil
 }
 
 // status and integer queue one command on p with its arguments as given: one allocation for

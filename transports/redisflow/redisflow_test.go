@@ -362,6 +362,42 @@ func TestWrongTypeKeyFailsOnlyItsOwn(t *testing.T) {
 	}
 }
 
+// A round's dedupe claims to delete go in one script call; a key of the wrong type among them
+// fails, for good, only its own release, and the others are deleted.
+func TestDropClaimsFailOnlyTheirOwn(t *testing.T) {
+	_, c := redistest.Fresh(t)
+	ctx := context.Background()
+	s := New(c, "dc")
+	dd := func(tok, k string) engine.FlowAdmit { return engine.FlowAdmit{Token: tok, Dedupe: "d:" + k} }
+	same(t, "take", round(t, s, &engine.FlowRound{Admits: []engine.FlowAdmit{dd("1", "a"), dd("2", "b"), dd("3", "c")}}), A, A, A)
+	c.Del(ctx, "flowrun:{dc}:d:b")
+	c.RPush(ctx, "flowrun:{dc}:d:b", "x")
+	c.Set(ctx, "flowrun:{dc}:d:c", "run:other", 0) // taken over by another delivery: it stays
+	r := &engine.FlowRound{Releases: []engine.FlowRelease{
+		{FlowLease: engine.FlowLease{Token: "1", Dedupe: "d:a"}},
+		{FlowLease: engine.FlowLease{Token: "2", Dedupe: "d:b"}},
+		{FlowLease: engine.FlowLease{Token: "3", Dedupe: "d:c"}},
+	}}
+	round(t, s, r)
+	if fs := r.ReleaseFaults; len(fs) != 1 || fs[0].Index != 1 || fs[0].Command != "evalsha" || fs[0].Key != "flowrun:{dc}:d:b" ||
+		fs[0].Reason != "wrongtype" || !fs[0].Permanent {
+		t.Fatalf("release faults %+v, want one wrongtype for d:b", fs)
+	}
+	if n := c.Exists(ctx, "flowrun:{dc}:d:a").Val(); n != 0 {
+		t.Fatal("the claim of d:a was not deleted")
+	}
+	if v := c.Get(ctx, "flowrun:{dc}:d:c").Val(); v != "run:other" {
+		t.Fatalf("d:c holds %q: another delivery's claim was deleted", v)
+	}
+	// A round of one drop alone.
+	same(t, "take again", round(t, s, &engine.FlowRound{Admits: []engine.FlowAdmit{dd("4", "a")}}), A)
+	r = &engine.FlowRound{Releases: []engine.FlowRelease{{FlowLease: engine.FlowLease{Token: "4", Dedupe: "d:a"}}}}
+	round(t, s, r)
+	if len(r.ReleaseFaults) != 0 || c.Exists(ctx, "flowrun:{dc}:d:a").Val() != 0 {
+		t.Fatalf("faults %+v; the claim of d:a is left", r.ReleaseFaults)
+	}
+}
+
 // A user without a command the flow keys need (NOPERM, or Redis 7.0's ERR inside a script)
 // fails, for good, only the commands that need it.
 func TestNoPermFailsOnlyItsOwn(t *testing.T) {
