@@ -129,7 +129,10 @@ func decodeEnvelope(b []byte) (map[string]string, []byte, engine.PayloadForm, er
 
 // decodeHeaderValues adds the members of the object v to h: strings as their text, numbers and
 // booleans as their JSON text (other producers write {"n": 5}); null leaves the header out. It
-// reports false, and the offset of the value, for an object or array.
+// reports false, and the offset of the value, for an object or array. Names and values are
+// text: a raw byte that is not valid UTF-8 becomes U+FFFD (unquoteText), so the headers a
+// handler sees are the ones every copy carries; two names that differ only there become one,
+// the later member winning, as with any repeated name.
 func decodeHeaderValues(v []byte, h map[string]string) (int, bool) {
 	it := newObjectIter(v, 0)
 	for {
@@ -139,14 +142,22 @@ func decodeHeaderValues(v []byte, h map[string]string) (int, bool) {
 		}
 		switch hv[0] {
 		case '"':
-			h[string(name)] = unquoteString(hv)
+			h[headerName(name)] = unquoteText(hv)
 		case 'n':
 		case '{', '[':
 			return offset(v, hv), false
 		default: // a number, true, false
-			h[string(name)] = string(hv)
+			h[headerName(name)] = string(hv)
 		}
 	}
+}
+
+// headerName is a decoded member name as text (see unquoteText).
+func headerName(name []byte) string {
+	if utf8.Valid(name) {
+		return string(name)
+	}
+	return validText(string(name))
 }
 
 var (

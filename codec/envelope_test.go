@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"bytes"
 	"maps"
 	"testing"
 
@@ -82,5 +83,42 @@ func TestEncodeEnvelope(t *testing.T) {
 				t.Errorf("decoded payload = %q, want %q", p, tt.m.Payload)
 			}
 		})
+	}
+}
+
+// A header name or value with raw bytes that are not UTF-8 (json.Valid lets them through) is
+// read with U+FFFD for each such byte, the text every copy then carries: a copy and a copy of
+// that copy are the same bytes (SPEC §3), and the handler sees what the copies carry.
+func TestEnvelopeHeaderInvalidUTF8(t *testing.T) {
+	in := "{\"payload\":\"\",\"headers\":{\"\x80\":0,\"a\":\"b\xff\xe2\x82\",\"ok\":\"\u00e9\"}}"
+	var m engine.Message
+	if err := DecodeEnvelopeInto([]byte(in), &m); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"\ufffd": "0", "a": "b\ufffd\ufffd\ufffd", "ok": "\u00e9"}
+	if !maps.Equal(m.Headers, want) {
+		t.Fatalf("headers = %q, want %q", m.Headers, want)
+	}
+	enc := EncodeEnvelope(&m)
+	var got engine.Message
+	if err := DecodeEnvelopeInto(enc, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(got.Headers, want) {
+		t.Fatalf("copy %q reads back as headers %q, want %q", enc, got.Headers, want)
+	}
+	if again := EncodeEnvelope(&got); !bytes.Equal(again, enc) {
+		t.Fatalf("a copy of the copy differs:\n%q\n%q", enc, again)
+	}
+}
+
+func BenchmarkDecodeEnvelope(b *testing.B) {
+	el := []byte(`{"headers":{"source":"api","tenant":"acme","x-retry-count":"1"},"payload":{"id":12345,"amount":250.75}}`)
+	b.ReportAllocs()
+	var m engine.Message
+	for b.Loop() {
+		if err := DecodeEnvelopeInto(el, &m); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -134,6 +134,32 @@ func unquoteString(lit []byte) string {
 	return string(body)
 }
 
+// unquoteText is unquoteString for text that must be UTF-8: header names and values, a record's
+// key. JSON text is UTF-8, yet json.Valid lets raw invalid bytes through inside strings; each
+// such byte becomes U+FFFD here, at first read, as encoding/json reads it and as appendJSONQuoted
+// would write it. Kept raw, the message would change on its first copy (written as \ufffd) and
+// again on the copy of that copy (written as the character itself): the two would differ.
+func unquoteText(lit []byte) string { return validText(unquoteString(lit)) }
+
+// validText returns s with each byte that is not part of valid UTF-8 replaced by U+FFFD (one
+// for each byte, unlike strings.ToValidUTF8, which replaces a run with one), s itself when valid.
+func validText(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	b := make([]byte, 0, len(s)+8)
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = utf8.AppendRune(b, utf8.RuneError)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
 // appendUnescaped decodes the escapes of a valid JSON string body. Invalid surrogates become
 // U+FFFD, as encoding/json does; raw bytes are kept as they are.
 func appendUnescaped(dst, s []byte) []byte {

@@ -10,7 +10,9 @@
 // (compacted), other bytes as a JSON string. One deliberate exception keeps bytes faithful: a
 // payload that is itself a JSON string literal (the bytes `"hi"`, quotes included) is written as
 // a string of those bytes, since writing it raw would read back as `hi` and a copy of a copy
-// would drift. Invalid UTF-8 cannot travel in a JSON string and becomes U+FFFD.
+// would drift. Invalid UTF-8 cannot travel in a JSON string: in a key or a header it becomes
+// U+FFFD, on write and on read alike (a raw byte json.Valid let through), one for each byte, so a
+// copy of a copy is the same line; a payload keeps its bytes (base64, appendPayloadForm).
 //
 // An envelope (list elements, Pub/Sub messages) is a JSON object whose only members are
 // "payload" and optionally "headers" (an object of strings); anything else is a bare payload.
@@ -62,7 +64,7 @@ func DecodeRecord(line []byte) (engine.Message, error) {
 			if v[0] != '"' {
 				return engine.Message{}, errKeyType
 			}
-			m.Key = unquoteString(v)
+			m.Key = unquoteText(v)
 			haveKey = true
 		case "headers":
 			if v[0] == 'n' {

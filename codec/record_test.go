@@ -161,6 +161,7 @@ func TestDecodeRecordAgreesWithEncodingJSON(t *testing.T) {
 	lines := []string{
 		`{"key":"k","headers":{"a\u0041":"\u00e9\n","b":""},"payload":"x\\y\u2028"}`,
 		`{"key":"\ud83d\ude00","payload":"\/"}`,
+		"{\"key\":\"k\x80\",\"headers\":{\"\xff\xfe\":\"v\x80\xe2\x82\"},\"payload\":\"x\"}", // each raw invalid byte is U+FFFD
 	}
 	for _, l := range lines {
 		var ref struct {
