@@ -72,20 +72,33 @@ type faultFunc func(i int, command, key string, err error)
 // settlePlan is what a batch writes: acknowledgements on their own, copies on the stream's slot
 // (the script), copies to other slots (cluster).
 type settlePlan struct {
-	acks   []string // ids to XACK on their own
-	ackIdx []int    // their batch indexes
+	// acks is the XACK of the ids acknowledged on their own, its arguments laid out at once
+	// and each id the delivery's Token as boxed when it was read: go-redis's XAck grows its
+	// arguments and boxes every id again, an allocation per message.
+	acks   []any
+	ackIdx []int // their batch indexes
 	local  []copyOp // copies in one slot with the stream: the script
 	remote []copyOp // copies to other slots (cluster)
 }
 
-func (p *settlePlan) ack(id string, i int) {
+func (p *settlePlan) ack(id any, i int) {
 	p.acks, p.ackIdx = append(p.acks, id), append(p.ackIdx, i)
+}
+
+// tokenArg is tokenID(d) as a command argument, boxed once: the Token itself where it holds
+// the id.
+func tokenArg(d *engine.Delivery) any {
+	if id, ok := d.Token.(string); ok && id != "" {
+		return d.Token
+	}
+	return d.ID
 }
 
 // planSettle sorts the batch into what it writes; a settlement that cannot be carried out is
 // failed here, and ActLeave writes nothing.
 func (s *Source) planSettle(batch []engine.Settlement, fail faultFunc) settlePlan {
-	var p settlePlan
+	p := settlePlan{acks: make([]any, 3, 3+len(batch)), ackIdx: make([]int, 0, len(batch))}
+	p.acks[0], p.acks[1], p.acks[2] = "xack", s.o.Stream, s.o.Group
 	for i := range batch {
 		st := &batch[i]
 		if st.Delivery == nil {
@@ -95,7 +108,7 @@ func (s *Source) planSettle(batch []engine.Settlement, fail faultFunc) settlePla
 		id := tokenID(st.Delivery)
 		switch st.Action {
 		case engine.ActAck:
-			p.ack(id, i)
+			p.ack(tokenArg(st.Delivery), i)
 			continue
 		case engine.ActLeave:
 			continue // handled after the commands succeed
@@ -178,13 +191,14 @@ func (s *Source) writeRemote(ctx context.Context, p *settlePlan, fail faultFunc)
 // trip, and returns the batch indexes settled.
 func (s *Source) writeLocal(ctx context.Context, p settlePlan, fail faultFunc) []int {
 	var done []int
-	if len(p.acks) == 0 && len(p.local) == 0 {
+	if len(p.ackIdx) == 0 && len(p.local) == 0 {
 		return nil
 	}
 	pipe := s.c.Pipeline()
 	var ack *redis.IntCmd
-	if len(p.acks) > 0 {
-		ack = pipe.XAck(ctx, s.o.Stream, s.o.Group, p.acks...)
+	if len(p.ackIdx) > 0 {
+		ack = redis.NewIntCmd(ctx, p.acks...)
+		_ = pipe.Process(ctx, ack)
 	}
 	var script *redis.Cmd
 	keys, args := s.scriptArgs(p.local)
@@ -386,6 +400,9 @@ func (c *copiedSet) add(id string) {
 func (c *copiedSet) remove(ids []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(c.m) == 0 { // outside a cluster, always: no lookup per id
+		return
+	}
 	for _, id := range ids {
 		delete(c.m, id)
 	}
