@@ -76,7 +76,7 @@ type settlePlan struct {
 	// and each id the delivery's Token as boxed when it was read: go-redis's XAck grows its
 	// arguments and boxes every id again, an allocation per message.
 	acks   []any
-	ackIdx []int // their batch indexes
+	ackIdx []int    // their batch indexes
 	local  []copyOp // copies in one slot with the stream: the script
 	remote []copyOp // copies to other slots (cluster)
 }
