@@ -83,25 +83,42 @@ func (r *Reader) entries(most int) (int, error) {
 // Entry reads a stream entry's head, [id, [field, value, …]]: its id and the number of pairs that
 // follow. pairs is -1 where the entry's data is gone (a null field list): nothing follows.
 func (r *Reader) Entry() (id string, pairs int, err error) {
-	if m, err := r.Array(); err != nil {
-		return "", 0, err
-	} else if m != 2 {
-		return "", 0, fmt.Errorf("%w: entry of %d elements", ErrProtocol, m)
-	}
-	if id, err = r.String(); err != nil {
-		return "", 0, err
-	}
-	nf, err := r.ArrayLen()
+	b, err := r.EntryID()
 	if err != nil {
 		return "", 0, err
 	}
+	id = string(b)
+	if pairs, err = r.EntryFields(); err != nil {
+		return "", 0, err
+	}
+	return id, pairs, nil
+}
+
+// EntryID reads the first half of Entry, the entry's head and its id, into a slice valid until
+// the next read: for a caller that keeps its own copy before EntryFields.
+func (r *Reader) EntryID() ([]byte, error) {
+	if m, err := r.Array(); err != nil {
+		return nil, err
+	} else if m != 2 {
+		return nil, fmt.Errorf("%w: entry of %d elements", ErrProtocol, m)
+	}
+	return r.Bulk()
+}
+
+// EntryFields reads the second half of Entry: the number of pairs that follow, -1 where the
+// entry's data is gone.
+func (r *Reader) EntryFields() (pairs int, err error) {
+	nf, err := r.ArrayLen()
+	if err != nil {
+		return 0, err
+	}
 	if nf < 0 {
-		return id, -1, nil
+		return -1, nil
 	}
 	if nf%2 != 0 {
-		return "", 0, fmt.Errorf("%w: odd field list", ErrProtocol)
+		return 0, fmt.Errorf("%w: odd field list", ErrProtocol)
 	}
-	return id, nf / 2, nil
+	return nf / 2, nil
 }
 
 // PendingReply reads the head of an extended XPENDING reply (a null array reads as empty) and

@@ -1,6 +1,7 @@
 package redisstream
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -8,6 +9,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -262,8 +264,14 @@ func (r *rawRead) entries(s *Source, n int) ([]*engine.Delivery, []string, error
 	var gone []string
 	extra := s.headerRoom()
 	var none sharedNone
+	var blk byteBlock
 	for i := range all {
-		id, pairs, err := r.rd.Entry()
+		idb, err := r.rd.EntryID()
+		if err != nil {
+			return nil, nil, err
+		}
+		id := blk.string(idb) // before the next read reuses the buffer
+		pairs, err := r.rd.EntryFields()
 		if err != nil {
 			return nil, nil, err
 		}
@@ -279,9 +287,11 @@ func (r *rawRead) entries(s *Source, n int) ([]*engine.Delivery, []string, error
 				return nil, nil, err
 			}
 			if string(k) == codec.StreamPayloadField {
-				if d.Payload, err = r.rd.BulkCopy(); err != nil {
+				v, err := r.rd.Bulk()
+				if err != nil {
 					return nil, nil, err
 				}
+				d.Payload = blk.copy(v)
 				continue
 			}
 			name := string(k) // before the next read reuses the buffer
@@ -298,4 +308,36 @@ func (r *rawRead) entries(s *Source, n int) ([]*engine.Delivery, []string, error
 		ds = append(ds, d)
 	}
 	return ds, gone, nil
+}
+
+// byteBlock copies the short strings of one reply (ids, payloads) into shared blocks: two
+// allocations an entry fewer on the reader's path. A block lives as long as any delivery of
+// its reply that holds a piece of it, so it is kept small, and a long string gets its own.
+type byteBlock struct{ b []byte }
+
+const (
+	byteBlockSize = 8 << 10
+	byteBlockMost = 512 // longer strings are copied on their own
+)
+
+// copy returns a copy of p, capped at its length: an append to it never writes into the next.
+func (k *byteBlock) copy(p []byte) []byte {
+	if len(p) > byteBlockMost || len(p) == 0 {
+		return bytes.Clone(p)
+	}
+	if cap(k.b)-len(k.b) < len(p) {
+		k.b = make([]byte, 0, byteBlockSize)
+	}
+	n := len(k.b)
+	k.b = append(k.b, p...)
+	return k.b[n:len(k.b):len(k.b)]
+}
+
+// string returns p as a string; the block's bytes are never written again.
+func (k *byteBlock) string(p []byte) string {
+	if len(p) == 0 {
+		return ""
+	}
+	c := k.copy(p)
+	return unsafe.String(unsafe.SliceData(c), len(c))
 }
