@@ -487,13 +487,7 @@ func (s *Source) deliveries(msgs []redis.XMessage) []*engine.Delivery {
 	return ds
 }
 
-func (s *Source) trackDeliveries(ds []*engine.Delivery) {
-	ids := make([]string, len(ds))
-	for i, d := range ds {
-		ids[i] = d.ID
-	}
-	s.track.add(ids)
-}
+func (s *Source) trackDeliveries(ds []*engine.Delivery) { s.track.addDeliveries(ds) }
 
 // sharedNone gives the entries of one batch that have no field but the payload (the usual
 // entry) one empty headers map between them: a delivery's headers are read-only once received

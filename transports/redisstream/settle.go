@@ -227,15 +227,13 @@ func (s *Source) writeLocal(ctx context.Context, p settlePlan, fail faultFunc) [
 // untrackSettled untracks what is settled (a failed settlement stays tracked for its resend)
 // and holds what is left pending (ActLeave) until its HoldUntil, if that is after now.
 func (s *Source) untrackSettled(batch []engine.Settlement, done []int, now time.Time) {
-	ids := make([]string, 0, len(done))
 	for _, i := range done {
-		ids = append(ids, tokenID(batch[i].Delivery))
 		if batch[i].Action == engine.ActDelay {
 			s.lowerNextDue(batch[i].Due.UnixMilli())
 		}
 	}
-	s.track.remove(ids)
-	s.copies.remove(ids)
+	s.track.removeSettled(batch, done)
+	s.copies.removeSettled(batch, done)
 	for i := range batch {
 		if st := &batch[i]; st.Action == engine.ActLeave && st.Delivery != nil {
 			if s.o.Kind == KindStream {
@@ -395,6 +393,18 @@ func (c *copiedSet) add(id string) {
 		c.m = map[string]struct{}{}
 	}
 	c.m[id] = struct{}{}
+}
+
+// removeSettled removes the ids of batch's settlements at done.
+func (c *copiedSet) removeSettled(batch []engine.Settlement, done []int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) == 0 { // outside a cluster, always: no lookup per id
+		return
+	}
+	for _, i := range done {
+		delete(c.m, tokenID(batch[i].Delivery))
+	}
 }
 
 func (c *copiedSet) remove(ids []string) {

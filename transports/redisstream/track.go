@@ -32,6 +32,16 @@ func (t *tracker) add(ids []string) {
 	t.mu.Unlock()
 }
 
+// addDeliveries adds the ids of ds, with no list of them built first.
+func (t *tracker) addDeliveries(ds []*engine.Delivery) {
+	now := time.Now()
+	t.mu.Lock()
+	for _, d := range ds {
+		t.m[d.ID] = tracked{since: now}
+	}
+	t.mu.Unlock()
+}
+
 // addUntracked adds the deliveries not tracked yet and returns them (in ds's array), under one
 // lock for a whole claim pass.
 func (t *tracker) addUntracked(ds []*engine.Delivery) []*engine.Delivery {
@@ -62,6 +72,19 @@ func (t *tracker) remove(ids []string) {
 	t.mu.Lock()
 	for _, id := range ids {
 		delete(t.m, id)
+	}
+	t.mu.Unlock()
+}
+
+// removeSettled removes the ids of batch's settlements at done, under one lock, with no list of
+// them built first.
+func (t *tracker) removeSettled(batch []engine.Settlement, done []int) {
+	if len(done) == 0 {
+		return
+	}
+	t.mu.Lock()
+	for _, i := range done {
+		delete(t.m, tokenID(batch[i].Delivery))
 	}
 	t.mu.Unlock()
 }
