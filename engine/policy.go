@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"time"
@@ -79,10 +80,14 @@ func (p Policy) Decide(d *Delivery, o Outcome, cause error, now time.Time) Decis
 		if p.Caps.DurableDelay {
 			return Decision{Settlement: Settlement{Delivery: d, Action: ActDelay, Copy: d.RetryCopy(), Due: now.Add(o.Delay)}, Label: label}
 		}
-		// Runtime delay: settle the original now, hold the copy in the process.
+		// Runtime delay: settle the original now, hold the copy in the process. The copy owns
+		// its payload: a source may read many deliveries' payloads into one shared block, which
+		// a copy held for minutes would otherwise keep whole.
+		hold := d.RetryCopy()
+		hold.Payload = bytes.Clone(hold.Payload)
 		return Decision{
 			Settlement: Settlement{Delivery: d, Action: ActAck},
-			Hold:       d.RetryCopy(),
+			Hold:       hold,
 			HoldDue:    now.Add(o.Delay),
 			Label:      label,
 		}

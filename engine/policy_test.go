@@ -89,6 +89,9 @@ func TestPolicyDecide(t *testing.T) {
 			if dec.Hold != nil && dec.Hold.Headers[HeaderRetryCount] != itoa(tt.attempt) {
 				t.Errorf("held copy x-retry-count %q, want %d", dec.Hold.Headers[HeaderRetryCount], tt.attempt)
 			}
+			if dec.Hold != nil && (string(dec.Hold.Payload) != string(d.Payload) || len(d.Payload) > 0 && &dec.Hold.Payload[0] == &d.Payload[0]) {
+				t.Errorf("held copy's payload %q shares the delivery's bytes or differs from %q", dec.Hold.Payload, d.Payload)
+			}
 		})
 	}
 }
