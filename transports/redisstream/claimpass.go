@@ -126,23 +126,31 @@ func (r *reader) listIdle(ctx context.Context, count int) error {
 	return nil
 }
 
-// newPass takes up to count candidates that are neither in flight here nor in a pass already
-// sent, and returns the pass that claims them; nil when there are none.
+// newPass takes up to count candidates that are not in flight here, and returns the pass that
+// claims them; nil when there are none.
+//
+// No candidate is in a pass already sent: each is taken from the pool once, a listing riding on
+// a pass starts after every id known when it was sent, and a listing from the start is made
+// only with no pass in flight. Were one ever sent twice, XCLAIM's MIN-IDLE would refuse the
+// second claim, since the first reset the entry's idle time (a set of the ids in flight, kept
+// for that, cost two map operations a message).
 func (r *reader) newPass(count int) *claimPass {
 	s := r.s
-	p := &claimPass{done: make(chan struct{})}
+	p := &claimPass{done: make(chan struct{}), ids: make([]string, 0, count), infos: make([]pendingInfo, 0, count)}
 	used := 0
-	for _, c := range r.cands {
-		if len(p.ids) == count {
-			break
+	s.track.lookup(func(has func(id string) bool) {
+		for _, c := range r.cands {
+			if len(p.ids) == count {
+				break
+			}
+			used++
+			if has(c.ID) {
+				continue
+			}
+			p.ids = append(p.ids, c.ID)
+			p.infos = append(p.infos, pendingInfo{c.RetryCount, c.Idle.Milliseconds()})
 		}
-		used++
-		if _, sent := r.claiming[c.ID]; sent || s.track.has(c.ID) {
-			continue
-		}
-		p.ids = append(p.ids, c.ID)
-		p.infos = append(p.infos, pendingInfo{c.RetryCount, c.Idle.Milliseconds()})
-	}
+	})
 	r.cands = r.cands[used:]
 	if len(p.ids) == 0 {
 		return nil
@@ -158,12 +166,6 @@ func (r *reader) newPass(count int) *claimPass {
 			last = r.cands[len(r.cands)-1].ID
 		}
 		p.listFrom, p.listCount = "("+last, want
-	}
-	if r.claiming == nil {
-		r.claiming = make(map[string]struct{})
-	}
-	for _, id := range p.ids {
-		r.claiming[id] = struct{}{}
 	}
 	p.asked = time.Now()
 	return p
@@ -299,9 +301,6 @@ func (r *reader) claimed(p *claimPass, ds []*engine.Delivery) {
 
 // finishPass takes in what a pass that is done listed and claimed, and returns its deliveries.
 func (r *reader) finishPass(ctx context.Context, p *claimPass) ([]*engine.Delivery, error) {
-	for _, id := range p.ids {
-		delete(r.claiming, id)
-	}
 	if p.listFrom != "" {
 		switch {
 		case !p.nextOK:
@@ -330,5 +329,5 @@ func (r *reader) dropPasses() {
 		}
 		r.s.track.remove(ids)
 	}
-	r.passes, r.claiming = nil, nil
+	r.passes = nil
 }

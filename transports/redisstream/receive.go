@@ -154,10 +154,8 @@ type reader struct {
 	cands    []redis.XPendingExt
 	candsAt  time.Time
 	noneIdle bool
-	// passes: claiming passes sent and not yet handed over, oldest first (claimAhead);
-	// claiming: their ids, which no other pass may take.
-	passes   []*claimPass
-	claiming map[string]struct{}
+	// passes: claiming passes sent and not yet handed over, oldest first (claimAhead).
+	passes []*claimPass
 }
 
 // reset is the state at start and after any failure: the group may be gone (a restarted Redis

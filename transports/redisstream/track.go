@@ -58,6 +58,17 @@ func (t *tracker) addUntracked(ds []*engine.Delivery) []*engine.Delivery {
 	return out
 }
 
+// lookup runs f under one lock with has, which reports whether an id is tracked: a claiming
+// pass checks its candidates with one lock rather than one each.
+func (t *tracker) lookup(f func(has func(id string) bool)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f(func(id string) bool {
+		_, ok := t.m[id]
+		return ok
+	})
+}
+
 func (t *tracker) has(id string) bool {
 	t.mu.Lock()
 	_, ok := t.m[id]
