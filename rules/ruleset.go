@@ -337,6 +337,9 @@ func cacheDecoded(d *engine.Delivery, v any) any {
 
 // decodePayload returns the JSON value of b, or b as a string when it is not valid JSON.
 func decodePayload(b []byte, e *env, haveRaw bool) any {
+	if m, ok := decodeFlat(b); ok {
+		return m
+	}
 	var v any
 	if len(b) > 0 && json.Unmarshal(b, &v) == nil {
 		return v
