@@ -137,23 +137,39 @@ func (r *Reader) PendingReply(most int) (int, error) {
 // Pending reads one entry of an extended XPENDING reply, [id, consumer, idle ms, delivery
 // count]; the consumer is passed over (the one the command named).
 func (r *Reader) Pending() (id string, idle time.Duration, count int64, err error) {
-	if m, err := r.Array(); err != nil {
-		return "", 0, 0, err
-	} else if m != 4 {
-		return "", 0, 0, fmt.Errorf("%w: xpending entry of %d elements", ErrProtocol, m)
-	}
-	if id, err = r.String(); err != nil {
-		return "", 0, 0, err
-	}
-	if _, err = r.Bulk(); err != nil {
-		return "", 0, 0, err
-	}
-	ms, err := r.Int()
+	b, err := r.PendingID()
 	if err != nil {
 		return "", 0, 0, err
 	}
-	if count, err = r.Int(); err != nil {
+	id = string(b)
+	if idle, count, err = r.PendingCounts(); err != nil {
 		return "", 0, 0, err
 	}
-	return id, time.Duration(ms) * time.Millisecond, count, nil
+	return id, idle, count, nil
+}
+
+// PendingID reads the first part of Pending, the entry's head and its id, into a slice valid
+// until the next read: for a caller that keeps its own copy before PendingCounts.
+func (r *Reader) PendingID() ([]byte, error) {
+	if m, err := r.Array(); err != nil {
+		return nil, err
+	} else if m != 4 {
+		return nil, fmt.Errorf("%w: xpending entry of %d elements", ErrProtocol, m)
+	}
+	return r.Bulk()
+}
+
+// PendingCounts reads the rest of Pending: the idle time and the delivery count.
+func (r *Reader) PendingCounts() (idle time.Duration, count int64, err error) {
+	if _, err = r.Bulk(); err != nil {
+		return 0, 0, err
+	}
+	ms, err := r.Int()
+	if err != nil {
+		return 0, 0, err
+	}
+	if count, err = r.Int(); err != nil {
+		return 0, 0, err
+	}
+	return time.Duration(ms) * time.Millisecond, count, nil
 }

@@ -247,9 +247,15 @@ func (r *rawRead) pendingReply() ([]redis.XPendingExt, error) {
 		return nil, err
 	}
 	out := make([]redis.XPendingExt, n)
+	var blk byteBlock // the ids, as entries does
 	for i := range out {
 		p := &out[i]
-		if p.ID, p.Idle, p.RetryCount, err = r.rd.Pending(); err != nil {
+		id, err := r.rd.PendingID()
+		if err != nil {
+			return nil, err
+		}
+		p.ID = blk.string(id) // before the next read reuses the buffer
+		if p.Idle, p.RetryCount, err = r.rd.PendingCounts(); err != nil {
 			return nil, err
 		}
 	}
