@@ -36,6 +36,27 @@ func StreamFields(m *engine.Message) []string {
 	return f
 }
 
+// AppendStreamArgs appends StreamFields(m) to args as command arguments, the payload as its
+// bytes: an XADD laid out in one list, with no []string of the fields built and boxed again
+// (go-redis's XAdd boxes every value) and no copy of the payload.
+func AppendStreamArgs(args []any, m *engine.Message) []any {
+	var room [8]string
+	names := room[:0]
+	for k := range m.Headers {
+		if k != StreamPayloadField {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		args = append(args, k, m.Headers[k])
+	}
+	if len(m.Payload) > 0 || len(names) == 0 {
+		args = append(args, StreamPayloadField, m.Payload)
+	}
+	return args
+}
+
 // DecodeStream sets m's headers (never nil) and payload from a stream entry's fields, as
 // go-redis returns them: the field "payload" is the payload, every other field a header. An
 // entry without that field is a valid message with an empty payload (SPEC §3).

@@ -33,6 +33,18 @@ func TestStreamFields(t *testing.T) {
 			if !slices.Equal(got, tt.want) {
 				t.Fatalf("StreamFields = %q, want %q", got, tt.want)
 			}
+			var args []string
+			for _, a := range AppendStreamArgs(nil, &engine.Message{Headers: tt.headers, Payload: []byte(tt.payload)}) {
+				switch a := a.(type) {
+				case string:
+					args = append(args, a)
+				case []byte:
+					args = append(args, string(a))
+				}
+			}
+			if !slices.Equal(args, tt.want) {
+				t.Fatalf("AppendStreamArgs = %q, want %q", args, tt.want)
+			}
 		})
 	}
 }

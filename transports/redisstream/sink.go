@@ -18,6 +18,10 @@ func NewSink(client redis.UniversalClient) engine.Sink {
 	return redisconn.Sink{Client: client, Name: "redisstream", Write: xadd}
 }
 
+// xadd queues the XADD of msgs[0], its arguments laid out at once (codec.AppendStreamArgs).
 func xadd(ctx context.Context, p redis.Pipeliner, stream string, msgs []*engine.Message) redis.Cmder {
-	return p.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: "*", Values: codec.StreamFields(msgs[0])})
+	m := msgs[0]
+	args := make([]any, 3, 3+2*len(m.Headers)+2)
+	args[0], args[1], args[2] = "xadd", stream, "*"
+	return p.Do(ctx, codec.AppendStreamArgs(args, m)...)
 }

@@ -1,11 +1,13 @@
 package redisstream
 
 import (
+	"context"
 	"maps"
 	"strings"
 	"testing"
 
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/internal/redistest"
 )
 
 func TestSink(t *testing.T) {
@@ -35,5 +37,24 @@ func TestSink(t *testing.T) {
 	}
 	if err := s.Publish(e.ctx, &engine.Message{Payload: []byte("p")}); err == nil {
 		t.Fatal("emit without key accepted")
+	}
+}
+
+// BenchmarkSinkPublish publishes emits as a rule set's settle does, 100 a call, each with the
+// header it adds: allocations and CPU per message of the pipeline's XADDs.
+func BenchmarkSinkPublish(b *testing.B) {
+	_, rdb := redistest.Fresh(b)
+	ctx := context.Background()
+	s := NewSink(rdb)
+	msgs := make([]*engine.Message, 100)
+	for i := range msgs {
+		msgs[i] = &engine.Message{Key: "out", Headers: map[string]string{"routed": "yes"},
+			Payload: []byte(`{"id":1,"amount":37.5,"currency":"USD","customer":"c01"}`)}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := s.Publish(ctx, msgs...); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
