@@ -10,19 +10,21 @@ import (
 // map[string]any of string, float64, bool and nil, the last of a repeated key kept. It reports
 // false, having decided nothing, for anything else (nested values, escapes, invalid text,
 // numbers out of float64's range), which json.Unmarshal then decodes or refuses: the usual
-// payload, a flat object, is read without encoding/json's reflection and validating pass.
+// payload, a flat object, is read without encoding/json's reflection and validating pass. Its
+// keys and strings share one copy of b (one allocation, not one each).
 func decodeFlat(b []byte) (map[string]any, bool) {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return nil, false
 	}
+	str := string(b)
 	m := make(map[string]any)
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		return m, skipSpace(b, i+1) == len(b)
 	}
 	for {
-		k, j, ok := plainString(b, i)
+		k, j, ok := plainString(b, str, i)
 		if !ok {
 			return nil, false
 		}
@@ -32,7 +34,7 @@ func decodeFlat(b []byte) (map[string]any, bool) {
 		}
 		i = skipSpace(b, i+1)
 		var v any
-		if v, i, ok = plainValue(b, i); !ok {
+		if v, i, ok = plainValue(b, str, i); !ok {
 			return nil, false
 		}
 		m[k] = v
@@ -59,8 +61,9 @@ func skipSpace(b []byte, i int) int {
 }
 
 // plainString reads the string at b[i] that has no escapes, no control characters and valid
-// UTF-8 (read by encoding/json as it is), returning it and the index after its closing quote.
-func plainString(b []byte, i int) (string, int, bool) {
+// UTF-8 (read by encoding/json as it is), returning it (of str, b's copy) and the index after
+// its closing quote.
+func plainString(b []byte, str string, i int) (string, int, bool) {
 	if i >= len(b) || b[i] != '"' {
 		return "", 0, false
 	}
@@ -72,7 +75,7 @@ func plainString(b []byte, i int) (string, int, bool) {
 			if !ascii && !utf8.Valid(s) {
 				return "", 0, false
 			}
-			return string(s), j + 1, true
+			return str[i+1 : j], j + 1, true
 		case c == '\\' || c < 0x20:
 			return "", 0, false
 		case c >= utf8.RuneSelf:
@@ -83,19 +86,19 @@ func plainString(b []byte, i int) (string, int, bool) {
 }
 
 // plainValue reads a string, number, true, false or null at b[i].
-func plainValue(b []byte, i int) (any, int, bool) {
+func plainValue(b []byte, str string, i int) (any, int, bool) {
 	if i >= len(b) {
 		return nil, 0, false
 	}
 	switch c := b[i]; {
 	case c == '"':
-		return plainString(b, i)
+		return plainString(b, str, i)
 	case c == '-' || (c >= '0' && c <= '9'):
 		j, ok := numberEnd(b, i)
 		if !ok {
 			return nil, 0, false
 		}
-		f, err := strconv.ParseFloat(string(b[i:j]), 64)
+		f, err := strconv.ParseFloat(str[i:j], 64)
 		if err != nil {
 			return nil, 0, false // out of range: json.Unmarshal refuses it
 		}
