@@ -15,6 +15,7 @@ import (
 	"runtime"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // MinPoolSize is the smallest connection pool New configures. Blocking reads (lists, streams
@@ -107,6 +108,8 @@ func build(o Options) (redis.UniversalClient, error) {
 			Password:  o.Password,
 			TLSConfig: tlsCfg,
 			PoolSize:  poolSize(0),
+			// as for every client: see the standalone one below
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 		}), nil
 	case o.SentinelMaster != "" || len(o.SentinelAddrs) > 0:
 		if o.SentinelMaster == "" || len(o.SentinelAddrs) == 0 {
@@ -144,6 +147,11 @@ func build(o Options) (redis.UniversalClient, error) {
 		ro.TLSConfig = tlsCfg
 	}
 	ro.PoolSize = poolSize(ro.PoolSize)
+	// Maintenance notifications (a Redis Enterprise feature, over RESP3 push) are off, as
+	// go-redis has them for a failover client: in its "auto" mode every new connection sends a
+	// handshake that open-source Redis refuses, and the fallback rewrites the client's options
+	// while other goroutines copy them (a data race under -race).
+	ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	return redis.NewClient(ro), nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/internal/redistest"
@@ -340,5 +341,28 @@ func TestStateLog(t *testing.T) {
 	}
 	if strings.Contains(buf.String(), "pw refused") {
 		t.Fatalf("password logged: %s", buf.String())
+	}
+}
+
+// Every client New builds has maintenance notifications off: go-redis's "auto" mode sends a
+// handshake on every new connection and, when Redis refuses it, rewrites the client's options
+// while other goroutines copy them (a step source's read client does), a data race.
+func TestNewTurnsMaintenanceNotificationsOff(t *testing.T) {
+	for _, o := range []Options{{URL: "redis://127.0.0.1:1/0"}, {Cluster: []string{"127.0.0.1:1"}}} {
+		c, err := New(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mode maintnotifications.Mode
+		switch c := c.(type) {
+		case *redis.Client:
+			mode = c.Options().MaintNotificationsConfig.Mode
+		case *redis.ClusterClient:
+			mode = c.Options().MaintNotificationsConfig.Mode
+		}
+		c.Close()
+		if mode != maintnotifications.ModeDisabled {
+			t.Errorf("%+v: maintenance notifications %q, want disabled", o, mode)
+		}
 	}
 }
