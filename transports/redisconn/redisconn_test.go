@@ -344,25 +344,27 @@ func TestStateLog(t *testing.T) {
 	}
 }
 
-// Every client New builds has maintenance notifications off: go-redis's "auto" mode sends a
-// handshake on every new connection and, when Redis refuses it, rewrites the client's options
-// while other goroutines copy them (a step source's read client does), a data race.
-func TestNewTurnsMaintenanceNotificationsOff(t *testing.T) {
+// Every client New builds speaks RESP2 with maintenance notifications off: over RESP3
+// go-redis looks for push notifications before every reply, and its "auto" maintenance mode
+// sends a handshake on every new connection and, when Redis refuses it, rewrites the client's
+// options while other goroutines copy them (a step source's read client does), a data race.
+func TestNewClientProtocol(t *testing.T) {
 	for _, o := range []Options{{URL: "redis://127.0.0.1:1/0"}, {Cluster: []string{"127.0.0.1:1"}}} {
 		c, err := New(o)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var mode maintnotifications.Mode
+		var protocol int
 		switch c := c.(type) {
 		case *redis.Client:
-			mode = c.Options().MaintNotificationsConfig.Mode
+			mode, protocol = c.Options().MaintNotificationsConfig.Mode, c.Options().Protocol
 		case *redis.ClusterClient:
-			mode = c.Options().MaintNotificationsConfig.Mode
+			mode, protocol = c.Options().MaintNotificationsConfig.Mode, c.Options().Protocol
 		}
 		c.Close()
-		if mode != maintnotifications.ModeDisabled {
-			t.Errorf("%+v: maintenance notifications %q, want disabled", o, mode)
+		if mode != maintnotifications.ModeDisabled || protocol != 2 {
+			t.Errorf("%+v: maintenance notifications %q, protocol %d; want disabled, 2", o, mode, protocol)
 		}
 	}
 }
