@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/redistest"
+	"github.com/flowrun/flowrun/transports/transporttest"
 )
 
 // BenchmarkRound measures what a round costs this process per message, as the bench's flow
@@ -34,7 +34,7 @@ func BenchmarkRound(b *testing.B) {
 			s := New(c, "bench")
 			ctx := context.Background()
 			seq := 0
-			cpu0, redis0 := cpuTime(), redisCPU(b, c)
+			cpu0, redis0 := transporttest.CPUTime(), redisCPU(b, c)
 			b.ReportAllocs()
 			for b.Loop() {
 				r := &engine.FlowRound{Lease: 30 * time.Second, Max: batch}
@@ -59,7 +59,7 @@ func BenchmarkRound(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N*batch), "cpu-ns/msg")
+			b.ReportMetric(float64(transporttest.CPUTime()-cpu0)/float64(b.N*batch), "cpu-ns/msg")
 			b.ReportMetric(float64(redisCPU(b, c)-redis0)/float64(b.N*batch), "redis-ns/msg")
 		})
 	}
@@ -80,10 +80,4 @@ func redisCPU(b *testing.B, c redis.UniversalClient) time.Duration {
 		}
 	}
 	return time.Duration(total * float64(time.Second))
-}
-
-func cpuTime() time.Duration {
-	var u syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &u)
-	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }

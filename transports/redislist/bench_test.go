@@ -4,14 +4,13 @@ import (
 	"context"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/redistest"
+	"github.com/flowrun/flowrun/transports/transporttest"
 )
 
 // settleCounter counts what its source settled, so the benchmark knows when it is done.
@@ -54,29 +53,6 @@ func BenchmarkReliableAck(b *testing.B) {
 		Handler: engine.HandlerFunc(func(context.Context, *engine.Delivery) engine.Result {
 			return engine.Result{Outcome: engine.Ack()}
 		})}
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu0 := cpuTime()
-	go func() { ran <- engine.New(engine.Options{}, p).Run(runCtx) }()
-	select {
-	case <-counter.done:
-	case <-time.After(time.Minute):
-		b.Fatalf("settled %d of %d", counter.n.Load(), b.N)
-	}
-	cpu := cpuTime() - cpu0
-	b.StopTimer()
-	stop()
-	if err := <-ran; err != nil {
-		b.Fatal(err)
-	}
+	cpu := transporttest.DrainCPU(b, ctx, p, counter.done, counter.n.Load)
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
-}
-
-// cpuTime is this process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

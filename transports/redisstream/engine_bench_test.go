@@ -4,15 +4,14 @@ import (
 	"context"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/engine"
 	"github.com/flowrun/flowrun/internal/redistest"
+	"github.com/flowrun/flowrun/transports/transporttest"
 )
 
 // settleCounter counts what its source settled, so the benchmark knows when it is done.
@@ -105,31 +104,8 @@ func engineDrain(b *testing.B, retry bool) {
 			}
 			return engine.Result{Outcome: engine.Ack()}
 		})}
-	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu0 := cpuTime()
-	go func() { ran <- engine.New(engine.Options{}, p).Run(runCtx) }()
-	select {
-	case <-counter.done:
-	case <-time.After(time.Minute):
-		b.Fatalf("settled %d of %d", counter.n.Load(), counter.want)
-	}
-	cpu := cpuTime() - cpu0
-	b.StopTimer()
-	stop()
-	if err := <-ran; err != nil {
-		b.Fatal(err)
-	}
+	cpu := transporttest.DrainCPU(b, ctx, p, counter.done, counter.n.Load)
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(counter.want), "cpu-ns/op")
 	b.ReportMetric(float64(counter.want)/float64(counter.calls.Load()), "settled/call")
 	b.ReportMetric(float64(counter.want)/float64(counter.pushes.Load()), "read/push")
-}
-
-// cpuTime is this process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
