@@ -278,7 +278,8 @@ func delayedMember(step string, fields []string) string {
 
 // stepFields are the fields of a step message entering visit of run; trace, when set, is the
 // run's trace context (its record's): the message carries the run span's traceparent (SPEC §14:
-// each step visit's span is a child of the run's).
+// each step visit's span is a child of the run's). applyScript writes the first four itself
+// ("run", id, "visit", the visit) and takes the rest as arguments: keep them first.
 func stepFields(run string, visit int, trace string) []string {
 	f := []string{msgRun, run, msgVisit, itoa(visit)}
 	if tp := engine.RunTraceparent(trace); tp != "" {

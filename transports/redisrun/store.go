@@ -59,9 +59,9 @@ func (s *Store) retention() time.Duration {
 // Arguments of applyScript that are the same on every call, boxed once: call runs on every
 // transition and boxing a string allocates.
 var (
-	argA, argC, argR  any = "a", "c", "r"
-	argEmpty, argZero any = "", "0"
-	argNull           any = "null"
+	argA, argC, argR any = "a", "c", "r"
+	argEmpty         any = ""
+	argNull          any = "null"
 )
 
 // applyScript's parts (see there), in their order: a call's letters name those it carries.
