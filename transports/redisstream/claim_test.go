@@ -453,32 +453,7 @@ func TestClaimingBarePassReplyLost(t *testing.T) {
 	e := newOwnEnv(t)
 	const n = 200
 	deadBacklog(e, n)
-	proxy := redistest.StartProxy(t, e.srv.Addr)
-	c := redis.NewClient(&redis.Options{Addr: proxy.Addr})
-	t.Cleanup(func() { c.Close() })
-	cut := proxy.CutReply(redistest.Command("XCLAIM"))
-	o := claimOpts(KindClaiming, "a")
-	o.Batch = 16
-	a := e.startWith(c, nil, o)
-	attempt := map[string]int{}
-	deadline := time.After(20 * time.Second)
-	for len(attempt) < n {
-		select {
-		case d := <-a.Out():
-			if _, twice := attempt[d.ID]; twice {
-				t.Fatalf("%s delivered twice", d.ID)
-			}
-			attempt[d.ID] = d.Attempt
-			a.settle(t, ack(d)...)
-		case <-deadline:
-			t.Fatalf("%d of %d entries delivered", len(attempt), n)
-		}
-	}
-	select {
-	case <-cut:
-	default:
-		t.Fatal("no XCLAIM reply was cut")
-	}
+	attempt := e.takeOverWithCut(t, KindClaiming, "XCLAIM", 16, n)
 	third := 0
 	for id, k := range attempt {
 		switch k {
@@ -804,11 +779,31 @@ func TestReclaimPassReplyLost(t *testing.T) {
 	e := newOwnEnv(t)
 	const n, batch = 64, 16
 	ids := deadBacklog(e, n)
+	attempt := e.takeOverWithCut(t, KindReclaim, "XAUTOCLAIM", batch, n)
+	// The dead consumer's read was the first delivery, the lost pass the second.
+	for i, id := range ids {
+		want := 2
+		if i < batch {
+			want = 3 // the first pass, from the start of the pending list
+		}
+		if attempt[id] != want {
+			t.Errorf("entry %d (%s) came as attempt %d, want %d", i, id, attempt[id], want)
+		}
+	}
+	e.waitFor("nothing pending", 10*time.Second, func() bool { return e.pending("s", "g") == 0 })
+}
+
+// takeOverWithCut takes over n dead entries with a source of kind (batch entries a read) whose
+// connection goes through a proxy that cuts the reply of command once, acknowledging each
+// delivery: it fails on an entry delivered twice or a reply never cut, and returns the attempt
+// each entry came as.
+func (e *env) takeOverWithCut(t *testing.T, kind, command string, batch, n int) map[string]int {
+	t.Helper()
 	proxy := redistest.StartProxy(t, e.srv.Addr)
 	c := redis.NewClient(&redis.Options{Addr: proxy.Addr})
 	t.Cleanup(func() { c.Close() })
-	cut := proxy.CutReply(redistest.Command("XAUTOCLAIM"))
-	o := claimOpts(KindReclaim, "a")
+	cut := proxy.CutReply(redistest.Command(command))
+	o := claimOpts(kind, "a")
 	o.Batch = batch
 	a := e.startWith(c, nil, o)
 	attempt := map[string]int{}
@@ -828,17 +823,7 @@ func TestReclaimPassReplyLost(t *testing.T) {
 	select {
 	case <-cut:
 	default:
-		t.Fatal("no XAUTOCLAIM reply was cut")
+		t.Fatalf("no %s reply was cut", command)
 	}
-	// The dead consumer's read was the first delivery, the lost pass the second.
-	for i, id := range ids {
-		want := 2
-		if i < batch {
-			want = 3 // the first pass, from the start of the pending list
-		}
-		if attempt[id] != want {
-			t.Errorf("entry %d (%s) came as attempt %d, want %d", i, id, attempt[id], want)
-		}
-	}
-	e.waitFor("nothing pending", 10*time.Second, func() bool { return e.pending("s", "g") == 0 })
+	return attempt
 }
