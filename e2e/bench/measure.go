@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flowrun/flowrun/internal/redistest"
 )
 
 const (
@@ -283,21 +285,9 @@ func (b *bench) commandStats(ctx context.Context, side string) func() {
 	}
 }
 
-// redisCPU is redis-server's CPU time so far (INFO cpu: used_cpu_sys + used_cpu_user).
+// redisCPU is redis-server's CPU time so far.
 func (b *bench) redisCPU(ctx context.Context) (time.Duration, error) {
-	info, err := b.obs.InfoMap(ctx, "cpu").Result()
-	if err != nil {
-		return 0, fmt.Errorf("info cpu: %w", err)
-	}
-	var total float64
-	for _, f := range []string{"used_cpu_sys", "used_cpu_user"} {
-		v, err := strconv.ParseFloat(info["CPU"][f], 64)
-		if err != nil {
-			return 0, fmt.Errorf("info cpu: %s: %w", f, err)
-		}
-		total += v
-	}
-	return time.Duration(total * float64(time.Second)), nil
+	return redistest.ServerCPU(ctx, b.obs)
 }
 
 // streamSettled counts what a consumer group has read and acknowledged: entries-read − pending.

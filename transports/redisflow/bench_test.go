@@ -3,7 +3,6 @@ package redisflow
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -65,19 +64,11 @@ func BenchmarkRound(b *testing.B) {
 	}
 }
 
-// redisCPU is the server's CPU time so far (INFO cpu).
+// redisCPU is the server's CPU time so far.
 func redisCPU(b *testing.B, c redis.UniversalClient) time.Duration {
-	info, err := c.Info(context.Background(), "cpu").Result()
+	d, err := redistest.ServerCPU(context.Background(), c)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total float64
-	for _, line := range strings.Split(info, "\r\n") {
-		k, v, _ := strings.Cut(line, ":")
-		if k == "used_cpu_sys" || k == "used_cpu_user" {
-			f, _ := strconv.ParseFloat(v, 64)
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
+	return d
 }

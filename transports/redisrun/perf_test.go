@@ -3,8 +3,6 @@ package redisrun
 import (
 	"context"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/engine"
+	"github.com/flowrun/flowrun/internal/redistest"
 	"github.com/flowrun/flowrun/workflow"
 )
 
@@ -120,17 +119,9 @@ return 1`)
 }
 
 func redisCPU(t *testing.T, e *env) time.Duration {
-	info, err := e.rdb.Info(e.ctx, "cpu").Result()
+	d, err := redistest.ServerCPU(e.ctx, e.rdb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var total float64
-	for _, l := range strings.Split(info, "\r\n") {
-		k, v, _ := strings.Cut(l, ":")
-		if k == "used_cpu_user" || k == "used_cpu_sys" {
-			f, _ := strconv.ParseFloat(v, 64)
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
+	return d
 }
