@@ -467,6 +467,11 @@ func TestClaimingBarePassReplyLost(t *testing.T) {
 	if third == 0 {
 		t.Error("no entry came back as attempt 3 after the cut pass")
 	}
+	// Only the passes in flight on the cut connection lose their replies: the cut one and at
+	// most maxPasses-1 behind it, each of at most half a batch.
+	if most := maxPasses * 16 / 2; third > most {
+		t.Errorf("%d entries came back as attempt 3; the passes in flight hold at most %d", third, most)
+	}
 	e.waitFor("nothing pending", 10*time.Second, func() bool { return e.pending("s", "g") == 0 })
 }
 

@@ -210,6 +210,9 @@ func (r *reader) readPass(p *claimPass, sent error) {
 	}
 	s := r.s
 	if sent != nil {
+		if p.raw.noWrites.Load() {
+			p.raw.close() // a write failed; the passes before it have read their replies
+		}
 		p.err = fmt.Errorf("redisstream: xclaim %s: %w", s.o.Stream, sent)
 		return
 	}

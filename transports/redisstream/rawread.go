@@ -38,6 +38,10 @@ type rawRead struct {
 	// broken: a read or write failed, the connection is closed and not to be used again. Atomic:
 	// claiming passes read their replies in a goroutine while the next pass is written.
 	broken atomic.Bool
+	// noWrites: a claiming pass's write failed while the passes before it still read their
+	// replies, which Redis sends all the same: nothing more is written, and the failed pass
+	// closes the connection once those before it are read (readPass).
+	noWrites atomic.Bool
 	// most is the most entries the reply being read may hold (the COUNT asked for): a reply
 	// that claims more is not believed, and nothing is allocated for it.
 	most int
@@ -120,11 +124,16 @@ func (r *rawRead) sendClaim(ctx context.Context, s *Source, ids []string, listFr
 	claim := make([]string, 0, 5+len(ids))
 	claim = append(claim, "XCLAIM", s.o.Stream, s.o.Group, s.o.Consumer, minIdle)
 	claim = append(claim, ids...)
-	if listCount == 0 {
-		return r.send(0, claim)
+	cmds := [][]string{claim}
+	if listCount > 0 {
+		cmds = append(cmds, []string{"XPENDING", s.o.Stream, s.o.Group, "IDLE", minIdle,
+			listFrom, "+", strconv.Itoa(listCount)})
 	}
-	return r.send(0, claim, []string{"XPENDING", s.o.Stream, s.o.Group, "IDLE", minIdle,
-		listFrom, "+", strconv.Itoa(listCount)})
+	err := r.write(0, cmds...)
+	if err != nil {
+		r.noWrites.Store(true) // closed by this pass's readPass, after the passes before it
+	}
+	return err
 }
 
 // claimReplies reads the replies sendClaim asked for: the entries claimed (at most count) and
@@ -157,7 +166,16 @@ func (r *rawRead) claimReplies(s *Source, count, listCount int) (ds []*engine.De
 // the read timeout, plus block for a read that may wait that long for entries (as go-redis
 // allows for its own XREADGROUP).
 func (r *rawRead) send(block time.Duration, cmds ...[]string) error {
-	if r.broken.Load() {
+	err := r.write(block, cmds...)
+	if err != nil {
+		r.close()
+	}
+	return err
+}
+
+// write is send without giving the connection up on a failure.
+func (r *rawRead) write(block time.Duration, cmds ...[]string) error {
+	if r.broken.Load() || r.noWrites.Load() {
 		return net.ErrClosed
 	}
 	w := r.wbuf[:0]
@@ -175,9 +193,6 @@ func (r *rawRead) send(block time.Duration, cmds ...[]string) error {
 			rt += block
 		}
 		err = deadline(r.nc.SetReadDeadline, rt)
-	}
-	if err != nil {
-		r.close()
 	}
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -265,4 +266,52 @@ func BenchmarkRawParse(b *testing.B) {
 			b.Fatal(len(ds), err)
 		}
 	}
+}
+
+// A claiming pass whose write fails while the pass before it is still to be read does not take
+// that pass down: Redis answers the earlier pass all the same, so its entries are handed over
+// (not left to come back as one attempt more); nothing more is written on the connection, and
+// it is given up only once the failed pass's turn comes (readPass).
+func TestRawClaimWriteFailureSparesThePassBefore(t *testing.T) {
+	e := newEnv(t)
+	ids := deadBacklog(e, 4)
+	src := newTestSource(t, e, claimOpts(KindClaiming, "a"))
+	r := &reader{s: src}
+	r.rc = src.newReadClient(r.dialed.Store)
+	defer r.rc.Close()
+	defer r.dropConn()
+	raw := r.bare(e.ctx, r.readClient().(*redis.Conn))
+	if raw == nil {
+		t.Fatal("no bare connection")
+	}
+	raw.nc = &failWrites{Conn: raw.nc, after: 1}
+	if err := raw.sendClaim(e.ctx, src, ids[:2], "", 0); err != nil {
+		t.Fatalf("first pass: %v", err)
+	}
+	if err := raw.sendClaim(e.ctx, src, ids[2:], "", 0); err == nil {
+		t.Fatal("the second pass's write did not fail")
+	}
+	if raw.broken.Load() {
+		t.Fatal("the connection was given up with the first pass's replies still to read")
+	}
+	ds, _, _, _, err := raw.claimReplies(src, 2, 0)
+	if err != nil || len(ds) != 2 || ds[0].ID != ids[0] || ds[1].ID != ids[1] {
+		t.Fatalf("the first pass read %d entries, %v; want %v", len(ds), err, ids[:2])
+	}
+	if err := raw.send(0, []string{"PING"}); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("a write after the failed one: %v, want net.ErrClosed", err)
+	}
+}
+
+// failWrites is a connection whose writes fail after the first `after`.
+type failWrites struct {
+	net.Conn
+	after, n int
+}
+
+func (c *failWrites) Write(b []byte) (int, error) {
+	if c.n++; c.n > c.after {
+		return 0, errors.New("write: broken pipe")
+	}
+	return c.Conn.Write(b)
 }
