@@ -299,7 +299,7 @@ func (r *reader) claimed(p *claimPass, ds []*engine.Delivery) {
 		d.IdleMS = in.idle
 		headers.set(d)
 	}
-	s.trackDeliveries(p.ds)
+	s.track.addDeliveries(p.ds)
 }
 
 // finishPass takes in what a pass that is done listed and claimed, and returns its deliveries.

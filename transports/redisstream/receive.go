@@ -340,7 +340,7 @@ func (r *reader) readNew(ctx context.Context, count int, block time.Duration) ([
 			counts.set(d)
 		}
 	}
-	s.trackDeliveries(ds)
+	s.track.addDeliveries(ds)
 	return ds, nil
 }
 
@@ -423,7 +423,7 @@ func (r *reader) readPending(ctx context.Context, count int) ([]*engine.Delivery
 		return nil, err
 	}
 	ds := s.deliveries(keep)
-	s.trackDeliveries(ds)
+	s.track.addDeliveries(ds)
 	return ds, nil
 }
 
@@ -484,8 +484,6 @@ func (s *Source) deliveries(msgs []redis.XMessage) []*engine.Delivery {
 	}
 	return ds
 }
-
-func (s *Source) trackDeliveries(ds []*engine.Delivery) { s.track.addDeliveries(ds) }
 
 // sharedNone gives the entries of one batch that have no field but the payload (the usual
 // entry) one empty headers map between them: a delivery's headers are read-only once received

@@ -23,15 +23,6 @@ type tracked struct {
 
 func newTracker() *tracker { return &tracker{m: make(map[string]tracked)} }
 
-func (t *tracker) add(ids []string) {
-	now := time.Now()
-	t.mu.Lock()
-	for _, id := range ids {
-		t.m[id] = tracked{since: now}
-	}
-	t.mu.Unlock()
-}
-
 // addDeliveries adds the ids of ds, with no list of them built first.
 func (t *tracker) addDeliveries(ds []*engine.Delivery) {
 	now := time.Now()

@@ -16,7 +16,7 @@ import (
 func TestTracker(t *testing.T) {
 	now := time.Now()
 	tr := newTracker()
-	tr.add([]string{"a", "b", "c", "d"})
+	addIDs(tr, "a", "b", "c", "d")
 	tr.hold("b", now.Add(time.Minute), now)  // held
 	tr.hold("c", now.Add(-time.Second), now) // hold already over: released
 	tr.hold("d", now.Add(time.Millisecond), now)
@@ -43,7 +43,7 @@ func TestTracker(t *testing.T) {
 	if got := tr.alive(later, 0); len(got) != 0 {
 		t.Fatalf("alive after lose = %v", got)
 	}
-	tr.add([]string{"e"})
+	addIDs(tr, "e")
 	tr.hold("f", later.Add(time.Minute), later)
 	tr.gone([]string{"e", "f"}) // not pending any more: held f released, in-flight e kept
 	if !tr.has("e") || tr.has("f") {
@@ -59,7 +59,7 @@ func TestTracker(t *testing.T) {
 // one is kept alive whatever its age.
 func TestTrackerLeavesYoungEntries(t *testing.T) {
 	tr := newTracker()
-	tr.add([]string{"young", "held"})
+	addIDs(tr, "young", "held")
 	now := time.Now()
 	tr.hold("held", now.Add(time.Minute), now)
 	if got := tr.alive(now, time.Minute); !slices.Equal(got, []string{"held"}) {
@@ -177,4 +177,13 @@ func TestPendingRereadIgnoresEntrySettledMeanwhile(t *testing.T) {
 	if n := e.pending("s", "g"); n != 0 {
 		t.Fatalf("pending = %d", n)
 	}
+}
+
+// addIDs tracks deliveries of ids, as a read does.
+func addIDs(tr *tracker, ids ...string) {
+	ds := make([]*engine.Delivery, len(ids))
+	for i, id := range ids {
+		ds[i] = &engine.Delivery{Message: engine.Message{ID: id}}
+	}
+	tr.addDeliveries(ds)
 }
