@@ -442,3 +442,44 @@ func TestTransientFailureFailsTheRound(t *testing.T) {
 		t.Fatalf("round: %v (fault %+v), want a transient connection fault", err, f)
 	}
 }
+
+// A round whose dedupe drops (one script call) lose their reply fails, as any failure that may
+// pass (SPEC §10), and sent again does what it was to do once: the claims of the round's own
+// deliveries are gone, and a claim another delivery took meanwhile stays.
+func TestDropClaimsReplyLost(t *testing.T) {
+	srv, admin := redistest.Fresh(t)
+	ctx := context.Background()
+	proxy := redistest.StartProxy(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1})
+	defer c.Close()
+	s := New(c, "dl")
+	dd := func(tok, k string) engine.FlowAdmit { return engine.FlowAdmit{Token: tok, Dedupe: "d:" + k} }
+	same(t, "take", round(t, s, &engine.FlowRound{Admits: []engine.FlowAdmit{dd("1", "a"), dd("2", "b"), dd("3", "c")}}), A, A, A)
+	admin.Set(ctx, "flowrun:{dl}:d:c", "run:other", 0) // taken over by another delivery: it stays
+	drops := func() *engine.FlowRound {
+		return &engine.FlowRound{Lease: 10 * time.Second, Max: 100, Releases: []engine.FlowRelease{
+			{FlowLease: engine.FlowLease{Token: "1", Dedupe: "d:a"}},
+			{FlowLease: engine.FlowLease{Token: "2", Dedupe: "d:b"}},
+			{FlowLease: engine.FlowLease{Token: "3", Dedupe: "d:c"}},
+		}}
+	}
+	cut := proxy.CutReply(redistest.Command("evalsha"))
+	err := s.Round(ctx, drops())
+	<-cut
+	var f engine.Fault
+	if !errors.As(err, &f) || f.Permanent {
+		t.Fatalf("round with its reply cut: %v (fault %+v), want a fault that may pass", err, f)
+	}
+	r := drops()
+	if err := s.Round(ctx, r); err != nil || len(r.ReleaseFaults) != 0 {
+		t.Fatalf("round sent again: %v, faults %+v", err, r.ReleaseFaults)
+	}
+	for _, k := range []string{"a", "b"} {
+		if n := admin.Exists(ctx, "flowrun:{dl}:d:"+k).Val(); n != 0 {
+			t.Errorf("the claim of d:%s was not deleted", k)
+		}
+	}
+	if v := admin.Get(ctx, "flowrun:{dl}:d:c").Val(); v != "run:other" {
+		t.Errorf("d:c holds %q: another delivery's claim was deleted", v)
+	}
+}
