@@ -13,6 +13,7 @@ import (
 	"github.com/expr-lang/expr/file"
 	"github.com/expr-lang/expr/vm"
 
+	"github.com/flowrun/flowrun/codec"
 	"github.com/flowrun/flowrun/engine"
 )
 
@@ -337,7 +338,7 @@ func cacheDecoded(d *engine.Delivery, v any) any {
 
 // decodePayload returns the JSON value of b, or b as a string when it is not valid JSON.
 func decodePayload(b []byte, e *env, haveRaw bool) any {
-	if m, ok := decodeFlat(b); ok {
+	if m, ok := codec.DecodeFlat(b); ok {
 		return m
 	}
 	var v any

@@ -1,18 +1,18 @@
-package rules
+package codec
 
 import (
 	"strconv"
 	"unicode/utf8"
 )
 
-// decodeFlat decodes a JSON object whose values are all plain (strings and keys without
+// DecodeFlat decodes a JSON object whose values are all plain (strings and keys without
 // escapes, numbers, true, false, null) into what json.Unmarshal into an any gives: a
 // map[string]any of string, float64, bool and nil, the last of a repeated key kept. It reports
 // false, having decided nothing, for anything else (nested values, escapes, invalid text,
 // numbers out of float64's range), which json.Unmarshal then decodes or refuses: the usual
 // payload, a flat object, is read without encoding/json's reflection and validating pass. Its
 // keys and strings share one copy of b (one allocation, not one each).
-func decodeFlat(b []byte) (map[string]any, bool) {
+func DecodeFlat(b []byte) (map[string]any, bool) {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return nil, false
@@ -51,13 +51,6 @@ func decodeFlat(b []byte) (map[string]any, bool) {
 			return nil, false
 		}
 	}
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
 }
 
 // plainString reads the string at b[i] that has no escapes, no control characters and valid

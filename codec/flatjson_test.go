@@ -1,4 +1,4 @@
-package rules
+package codec
 
 import (
 	"encoding/json"
@@ -17,16 +17,16 @@ func FuzzDecodeFlat(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, ok := decodeFlat(b)
+		got, ok := DecodeFlat(b)
 		if !ok {
 			return
 		}
 		var want any
 		if err := json.Unmarshal(b, &want); err != nil {
-			t.Fatalf("decodeFlat(%q) accepted what json.Unmarshal refuses: %v", b, err)
+			t.Fatalf("DecodeFlat(%q) accepted what json.Unmarshal refuses: %v", b, err)
 		}
 		if !reflect.DeepEqual(any(got), want) {
-			t.Fatalf("decodeFlat(%q) = %#v, json.Unmarshal %#v", b, got, want)
+			t.Fatalf("DecodeFlat(%q) = %#v, json.Unmarshal %#v", b, got, want)
 		}
 	})
 }
@@ -39,8 +39,8 @@ func TestDecodeFlatCases(t *testing.T) {
 		`{"a":01}`: false, `{"a":1.}`: false, `{"a":1e400}`: false, `{"a":"\u00e9"}`: false,
 		`{"a":{"b":1}}`: false, `{"a":1,}`: false, `{"a":1}x`: false, `[1]`: false, `{"a":tru}`: false,
 	} {
-		if _, got := decodeFlat([]byte(s)); got != ok {
-			t.Errorf("decodeFlat(%q) ok = %v, want %v", s, got, ok)
+		if _, got := DecodeFlat([]byte(s)); got != ok {
+			t.Errorf("DecodeFlat(%q) ok = %v, want %v", s, got, ok)
 		}
 	}
 }
