@@ -24,63 +24,71 @@ import "github.com/redis/go-redis/v9"
 //	u  the output: step, JSON
 //	x  the run ends: retention in ms
 //
-// then the run hash's fields (count, pairs) and the history (count, events). The entered step's
-// message is "run", id, "visit", the visit + 1 and the fields given (as stepFields lays it out).
+// then the run hash's fields (count, pairs) and the history's events (the rest). The entered
+// step's message is "run", id, "visit", the visit + 1 and the fields given (as stepFields lays it
+// out); entering a step also sets the hash's visit to the visit + 1 (a create's fields carry it).
 //
 // A stale apply (the run's visit is not the expected one, the run is gone, or it ended and
-// this is not a retry) acknowledges the delivery and changes nothing: {0}. The ended check
+// this is not a retry) acknowledges the delivery and changes nothing: 0. The ended check
 // keeps a transition decided on the run before it ended (a cancel racing its last step) from
 // applying, since ending a run enters no step and so leaves the visit as it was. Create of a run
-// that exists: {0}. Else {1, started_at}. Writes that can fail on a key's contents (XADD) come
-// first, so such a failure changes nothing.
+// that exists: 0. Else 1, or {1, started_at} when the run ends (its duration). Writes that can
+// fail on a key's contents (XADD) come first, so such a failure changes nothing. Every argument
+// and every table costs Redis on each call (four calls a run): hence the integer replies and the
+// visit the script works out itself.
 var applyScript = redis.NewScript(`
 local mode, id, visit, opts = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local a, k, p = 5, 5, 1
-local o = string.byte(opts, 1)
+local byte = string.byte
+local o = byte(opts, 1)
 local started, runs, group, ackid, ackkey, oldtimer, oldtkey, ds, dn, deadkey
 local enter, es, en, stepkey, dmember, dscore, delayed, tmember, tscore, tkey, outstep, out, retention
-if o == 115 then started, runs = ARGV[a], KEYS[k]; a, k, p = a + 1, k + 1, p + 1; o = string.byte(opts, p) end
-if o == 97 then group, ackid, ackkey = ARGV[a], ARGV[a + 1], KEYS[k]; a, k, p = a + 2, k + 1, p + 1; o = string.byte(opts, p) end
-if o == 111 then oldtimer, oldtkey = ARGV[a], KEYS[k]; a, k, p = a + 1, k + 1, p + 1; o = string.byte(opts, p) end
-if o == 100 then dn, ds, deadkey = tonumber(ARGV[a]), a + 1, KEYS[k]; a, k, p = a + 1 + dn, k + 1, p + 1; o = string.byte(opts, p) end
+if o == 115 then started, runs = ARGV[a], KEYS[k]; a, k, p = a + 1, k + 1, p + 1; o = byte(opts, p) end
+if o == 97 then group, ackid, ackkey = ARGV[a], ARGV[a + 1], KEYS[k]; a, k, p = a + 2, k + 1, p + 1; o = byte(opts, p) end
+if o == 111 then oldtimer, oldtkey = ARGV[a], KEYS[k]; a, k, p = a + 1, k + 1, p + 1; o = byte(opts, p) end
+if o == 100 then dn, ds, deadkey = tonumber(ARGV[a]), a + 1, KEYS[k]; a, k, p = a + 1 + dn, k + 1, p + 1; o = byte(opts, p) end
 if o == 101 then
-  enter = ARGV[a]; a, p = a + 1, p + 1; o = string.byte(opts, p)
+  enter = ARGV[a]; a, p = a + 1, p + 1; o = byte(opts, p)
   if o == 108 then
-    dmember, dscore, delayed = ARGV[a], ARGV[a + 1], KEYS[k]; a, k, p = a + 2, k + 1, p + 1; o = string.byte(opts, p)
+    dmember, dscore, delayed = ARGV[a], ARGV[a + 1], KEYS[k]; a, k, p = a + 2, k + 1, p + 1; o = byte(opts, p)
   else
     en, es, stepkey = tonumber(ARGV[a]), a + 1, KEYS[k]; a, k = a + 1 + en, k + 1
   end
-  if o == 116 then tmember, tscore, tkey = ARGV[a], ARGV[a + 1], KEYS[k]; a, k, p = a + 2, k + 1, p + 1; o = string.byte(opts, p) end
+  if o == 116 then tmember, tscore, tkey = ARGV[a], ARGV[a + 1], KEYS[k]; a, k, p = a + 2, k + 1, p + 1; o = byte(opts, p) end
 end
-if o == 117 then outstep, out = ARGV[a], ARGV[a + 1]; a, p = a + 2, p + 1; o = string.byte(opts, p) end
+if o == 117 then outstep, out = ARGV[a], ARGV[a + 1]; a, p = a + 2, p + 1; o = byte(opts, p) end
 if o == 120 then retention = ARGV[a]; a = a + 1 end
 local hn, hs = tonumber(ARGV[a]), a + 1
-a = hs + hn
-local vn, vs = tonumber(ARGV[a]), a + 1
+local vs = hs + hn
 local old
 if mode == 'c' then
-  if redis.call('EXISTS', KEYS[1]) == 1 then return {0} end
+  if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 else
   old = redis.call('HMGET', KEYS[1], 'visit', 'step', 'status', 'started_at')
   local ended = old[3] ~= 'running' and old[3] ~= 'waiting' and old[3] ~= 'compensating'
   if old[1] ~= visit or (ended and mode ~= 'r') then
     if ackid then redis.call('XACK', ackkey, group, ackid) end
-    return {0}
+    return 0
   end
   started = old[4] or '0'
 end
+local nv = enter and tostring(tonumber(visit) + 1)
 if deadkey then redis.call('XADD', deadkey, '*', unpack(ARGV, ds, ds + dn - 1)) end
 if enter then
   if delayed then
     redis.call('ZADD', delayed, dscore, dmember)
   else
-    redis.call('XADD', stepkey, '*', 'run', id, 'visit', tostring(tonumber(visit) + 1), unpack(ARGV, es, es + en - 1))
+    redis.call('XADD', stepkey, '*', 'run', id, 'visit', nv, unpack(ARGV, es, es + en - 1))
   end
   if tkey then redis.call('ZADD', tkey, tscore, tmember) end
 end
-redis.call('HSET', KEYS[1], unpack(ARGV, hs, hs + hn - 1))
+if nv and old then
+  redis.call('HSET', KEYS[1], 'visit', nv, unpack(ARGV, hs, hs + hn - 1))
+else
+  redis.call('HSET', KEYS[1], unpack(ARGV, hs, hs + hn - 1))
+end
 if outstep then redis.call('HSET', KEYS[2], outstep, out) end
-if vn > 0 then redis.call('RPUSH', KEYS[3], unpack(ARGV, vs, vs + vn - 1)) end
+if vs <= #ARGV then redis.call('RPUSH', KEYS[3], unpack(ARGV, vs)) end
 if runs then redis.call('ZADD', runs, started, id) end
 local ostep = old and old[2]
 if ostep and ostep ~= '' and (enter or retention) then redis.call('HINCRBY', KEYS[4], ostep, -1) end
@@ -92,7 +100,8 @@ elseif old and old[3] ~= 'running' and old[3] ~= 'waiting' and old[3] ~= 'compen
 end
 if oldtimer then redis.call('ZREM', oldtkey, oldtimer) end
 if ackid then redis.call('XACK', ackkey, group, ackid) end
-return {1, started}
+if retention then return {1, started} end
+return 1
 `)
 
 // copyScript writes a retry's copy of a step message and acknowledges the original, atomically,

@@ -107,13 +107,14 @@ func eventJSON(e workflow.Event) any {
 	return string(append(b, '}'))
 }
 
-// transitionFields are the run hash fields a transition sets: everything that moves. As
-// workflow.State.Apply, the visit goes up when a step is entered (so the visit counts the run's
-// step visits), and the current step is the one entered, none once the run ended. With prev
-// (the record as the transition was decided on) only what differs from it is written.
+// transitionFields are the run hash fields a transition sets: everything that moves but the
+// visit, which applyScript moves itself (as workflow.State.Apply, it goes up when a step is
+// entered, so the visit counts the run's step visits). The current step is the one entered,
+// none once the run ended. With prev (the record as the transition was decided on) only what
+// differs from it is written.
 func transitionFields(t workflow.Transition, prev *workflow.State) []any {
 	f := make([]any, 0, 20)
-	f = append(f, fVisit, itoa(visitAfter(t)), fUpdatedAt, msOf(t.At))
+	f = append(f, fUpdatedAt, msOf(t.At))
 	if t.Enter != "" || t.Done {
 		f = append(f, fStep, t.Enter)
 	}
@@ -134,14 +135,6 @@ func transitionFields(t workflow.Transition, prev *workflow.State) []any {
 	set(fFailedStep, t.FailedStep, t.FailedStep == p.FailedStep)
 	set(fCompensated, boolField(t.Compensated), t.Compensated == p.Compensated)
 	return f
-}
-
-// visitAfter is the run's visit after t.
-func visitAfter(t workflow.Transition) int {
-	if t.Enter != "" {
-		return t.Visit + 1
-	}
-	return t.Visit
 }
 
 // stateFields are a new run's hash fields. Those that are empty (no error, no finished step, not
@@ -179,48 +172,39 @@ func decodeState(workflowName, id string, h, out map[string]string) (*workflow.S
 	return newState(workflowName, id, func(f string) string { return h[f] }, out)
 }
 
-// loadFields are the fields of a run hash a step's load reads (HMGET, loadArgs): every field
-// newState reads. The input is among them whatever the step reads, since it is the step's
-// payload when the step sets none (and so what a dead letter carries).
-var loadFields = []string{fStatus, fStep, fVisit, fError, fFinished, fPending, fEnding, fFailedStep,
-	fCompensated, fFingerprint, fTrace, fStartedAt, fUpdatedAt, fInput}
+// loadArgs is a step's load of a run hash: HGETALL, the whole record (every field newState
+// reads, the input among them since it is the step's payload when the step sets none, and so
+// what a dead letter carries). Redis answers it in one pass over the hash, where HMGET of the
+// same fields costs a lookup per field, missing ones included, and twice the arguments.
+func loadArgs(key string) []any { return []any{"hgetall", key} }
 
-// loadIndex is each of loadFields' place in an HMGET reply.
-var loadIndex = func() map[string]int {
-	m := make(map[string]int, len(loadFields))
-	for i, f := range loadFields {
-		m[f] = i
-	}
-	return m
-}()
-
-// boxedLoadFields are loadFields as command arguments, boxed once.
-var boxedLoadFields = func() []any {
-	out := make([]any, len(loadFields))
-	for i, f := range loadFields {
-		out[i] = f
-	}
-	return out
-}()
-
-// loadArgs is HMGET of a run hash's loadFields.
-func loadArgs(key string) []any {
-	return append([]any{"hmget", key}, boxedLoadFields...)
-}
-
-// decodeLoaded reads the reply of HMGET loadArgs (and the outputs, nil when not loaded); nil
-// when the run hash does not exist (every field missing).
-func decodeLoaded(workflowName, id string, vals []any, out map[string]string) (*workflow.State, error) {
-	if !slices.ContainsFunc(vals, func(v any) bool { return v != nil }) {
-		return nil, nil
-	}
-	return newState(workflowName, id, func(f string) string {
-		if i, ok := loadIndex[f]; ok && i < len(vals) {
-			s, _ := vals[i].(string)
-			return s
+// decodeLoaded reads the reply of loadArgs, a flat array of field, value (RESP2) or a map
+// (RESP3), and the outputs (nil when not loaded); nil when the run hash does not exist.
+func decodeLoaded(workflowName, id string, reply any, out map[string]string) (*workflow.State, error) {
+	var h map[string]string
+	switch r := reply.(type) {
+	case []any:
+		if len(r) == 0 {
+			return nil, nil
 		}
-		return ""
-	}, out)
+		h = make(map[string]string, len(r)/2)
+		for i := 0; i+1 < len(r); i += 2 {
+			k, _ := r[i].(string)
+			v, _ := r[i+1].(string)
+			h[k] = v
+		}
+	case map[any]any:
+		h = make(map[string]string, len(r))
+		for k, v := range r {
+			ks, _ := k.(string)
+			vs, _ := v.(string)
+			h[ks] = vs
+		}
+	case nil:
+	default:
+		return nil, fmt.Errorf("run %s: unexpected reply %T", id, reply)
+	}
+	return decodeState(workflowName, id, h, out)
 }
 
 // newState is a run as its hash's fields (get) and outputs say.

@@ -58,8 +58,8 @@ func TestListsRoundTrip(t *testing.T) {
 	}
 }
 
-// A step's load (HMGET of loadFields) reads a run as HGETALL does: every field a state holds
-// is among loadFields, and a missing run is nil.
+// A step's load (loadArgs, decodeLoaded) reads a run as decodeState reads its hash, whatever
+// the protocol's reply shape, and a missing run is nil.
 func TestLoadReadsEveryField(t *testing.T) {
 	e := newEnv(t)
 	st := &workflow.State{ID: "r1", Workflow: "order", Status: workflow.Compensating, Step: "release", Visit: 4,
@@ -74,7 +74,7 @@ func TestLoadReadsEveryField(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"r1", "gone"} {
-		cmd := redis.NewSliceCmd(e.ctx, loadArgs(e.k.run(id))...)
+		cmd := redis.NewCmd(e.ctx, loadArgs(e.k.run(id))...)
 		if err := e.rdb.Process(e.ctx, cmd); err != nil {
 			t.Fatal(err)
 		}

@@ -306,14 +306,14 @@ type loaded struct {
 	steps map[string]any
 }
 
-// deliveries loads the runs of msgs in one round trip (HMGET of each run's record and, unless
+// deliveries loads the runs of msgs in one round trip (HGETALL of each run's record and, unless
 // SkipSteps, HGETALL of its outputs) and makes each entry a delivery whose Run is its visit. Entries whose data is gone
 // (a trimmed stream) are acknowledged.
 func (src *stepSource) deliveries(ctx context.Context, msgs []redis.XMessage) ([]*engine.Delivery, error) {
 	runs := map[string]*loaded{}
 	pipe := src.s.c.Pipeline()
 	type load struct {
-		h   *redis.SliceCmd
+		h   *redis.Cmd
 		out *redis.MapStringStringCmd
 	}
 	loads := map[string]load{}
@@ -327,7 +327,7 @@ func (src *stepSource) deliveries(ctx context.Context, msgs []redis.XMessage) ([
 		if _, ok := loads[id]; ok || id == "" {
 			continue
 		}
-		l := load{h: redis.NewSliceCmd(ctx, loadArgs(src.s.k.run(id))...)}
+		l := load{h: redis.NewCmd(ctx, loadArgs(src.s.k.run(id))...)}
 		_ = pipe.Process(ctx, l.h)
 		if !src.o.SkipSteps {
 			l.out = pipe.HGetAll(ctx, src.s.k.out(id))

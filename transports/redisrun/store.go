@@ -190,7 +190,6 @@ func (s *Store) call(op applyOp) (keys []string, args []any) {
 	}
 	args = append(args, len(hash))
 	args = append(args, hash...)
-	args = append(args, len(t.History))
 	for _, e := range t.History {
 		args = append(args, eventJSON(e))
 	}
@@ -235,6 +234,9 @@ func (s *Store) stepKey(step string) string {
 
 // result reads applyScript's reply: applied, and the run's start when it was.
 func result(v any) (bool, time.Time, error) {
+	if n, ok := v.(int64); ok {
+		return n == 1, time.Time{}, nil
+	}
 	r, ok := v.([]any)
 	if !ok || len(r) == 0 {
 		return false, time.Time{}, fmt.Errorf("redisrun: unexpected script reply %v", v)
