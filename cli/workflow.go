@@ -200,7 +200,7 @@ func (w *wiring) stepPipeline(ctx context.Context, wf *config.Workflow, g *workf
 	}
 	h := stepHandler(g, s, inner)
 	reads := s.RunReads()
-	src := store.StepSource(s.Name, redisrun.StepOptions{Consumer: consumer, SkipInput: !reads.Input, SkipSteps: !reads.Steps}, log)
+	src := store.StepSource(s.Name, redisrun.StepOptions{Consumer: consumer, SkipInput: !reads.Input, SkipSteps: !reads.Steps, Pure: s.Pure()}, log)
 	var tracer engine.Tracer
 	if w.tel != nil {
 		tracer = w.tel.Pipeline(name, "redis")

@@ -33,6 +33,7 @@ type Store struct {
 	DeadLetter string
 
 	creates committer // start handlers' creations, sent together
+	known   knownRuns // runs this process moved into a pure step
 	fixed   fixedArgs // applyScript's keys and arguments that never change
 }
 
@@ -58,4 +59,8 @@ type StepOptions struct {
 	// SkipInput and SkipSteps leave the run's input undecoded (engine.Run.Input nil) and its
 	// outputs unread (Run.Steps nil), for a step whose expressions read neither.
 	SkipInput, SkipSteps bool
+	// Pure says the step's handler has no effect but its outcome (rules alone: no emit, no
+	// flow block, no timeout): a visit this process entered starts from the run as its
+	// transition left it, without a load (knownRuns).
+	Pure bool
 }

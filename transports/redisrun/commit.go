@@ -1,6 +1,7 @@
 package redisrun
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -83,6 +84,9 @@ func (s *Store) sendCreates(ctx context.Context, batch []*createReq) {
 			r.err = fmt.Errorf("redisrun: %s run %s: %w", s.g.Name, r.op.t.Run, err)
 		} else if r.ok, _, r.err = result(v); r.ok {
 			s.done(r.op.t, r.op.create.StartedAt, r.op.trace())
+			st := *r.op.create
+			st.History, st.Input = nil, bytes.Clone(st.Input) // not the start message's read buffer
+			s.known.put(&st)
 		}
 		close(r.done)
 	}

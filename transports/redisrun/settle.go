@@ -25,6 +25,9 @@ type settleOp struct {
 	copy bool          // copyScript; else applyScript
 	own  *redis.Script // a script of its own (a fan-out's, a park), whose reply says nothing to read
 	t    workflow.Transition
+	// prev is the run t was decided on (nil for a copy or a script of its own): with t applied,
+	// what this process knows of the run next (knownRuns).
+	prev *workflow.State
 	// trace is the run's trace context (read with the run): its span when t ends it.
 	trace string
 }
@@ -126,6 +129,9 @@ func (src *stepSource) result(ctx context.Context, op *settleOp, perr error, fai
 	}
 	if applied {
 		src.s.done(op.t, started, op.trace)
+		if op.prev != nil {
+			src.s.known.put(after(op.prev, op.t))
+		}
 	}
 	return true
 }
@@ -148,7 +154,7 @@ func (src *stepSource) plan(ctx context.Context, i int, st *engine.Settlement, v
 	if op, handled, err := src.planFan(ctx, i, st, v, now); handled {
 		return op, err
 	}
-	op := &settleOp{idx: i, id: d.ID, key: src.s.k.run(d.Run.ID), trace: v.State.TraceParent}
+	op := &settleOp{idx: i, id: d.ID, key: src.s.k.run(d.Run.ID), prev: v.State, trace: v.State.TraceParent}
 	switch st.Action {
 	case engine.ActAck:
 		label := v.Label

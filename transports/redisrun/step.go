@@ -75,6 +75,9 @@ func (s *Store) StepSource(step string, o StepOptions, log zerolog.Logger) engin
 		o.Linger = DefaultStepLinger
 	}
 	stream := s.k.step(step)
+	if o.Pure {
+		s.known.allow(step)
+	}
 	return &stepSource{
 		s: s, step: step, stream: stream, o: o,
 		log:      log.With().Str("workflow", s.g.Name).Str("step", step).Logger(),
@@ -181,6 +184,7 @@ func (r *stepReader) read(ctx context.Context, feed engine.Feed) ([]*engine.Deli
 	}
 	var msgs []redis.XMessage
 	var err error
+	news := 0 // msgs[news:] were never delivered before (read with ">")
 	switch {
 	case r.pending:
 		msgs, err = r.readGroup(ctx, src.s.c, r.cursor, room, -1)
@@ -191,6 +195,7 @@ func (r *stepReader) read(ctx context.Context, feed engine.Feed) ([]*engine.Deli
 				r.cursor = msgs[len(msgs)-1].ID
 			}
 		}
+		news = len(msgs)
 	default:
 		msgs, err = r.takeOver(ctx, room)
 		if err == nil && len(msgs) < room {
@@ -200,13 +205,16 @@ func (r *stepReader) read(ctx context.Context, feed engine.Feed) ([]*engine.Deli
 			}
 			var fresh []redis.XMessage
 			fresh, err = r.readGroup(ctx, r.rc, ">", room-len(msgs), block)
+			news = len(msgs)
 			msgs = append(msgs, fresh...)
 		}
 	}
 	if len(msgs) == 0 {
 		return nil, err
 	}
-	ds, lerr := src.deliveries(ctx, src.fresh(msgs))
+	old := src.fresh(msgs[:news])
+	msgs = append(old, src.fresh(msgs[news:])...)
+	ds, lerr := src.deliveries(ctx, msgs, len(old))
 	if lerr != nil {
 		// The entries are this consumer's pending: read again from the start of its pending
 		// list once the error passes.
@@ -307,10 +315,15 @@ type loaded struct {
 }
 
 // deliveries loads the runs of msgs in one round trip (HGETALL of each run's record and, unless
-// SkipSteps, HGETALL of its outputs) and makes each entry a delivery whose Run is its visit. Entries whose data is gone
-// (a trimmed stream) are acknowledged.
-func (src *stepSource) deliveries(ctx context.Context, msgs []redis.XMessage) ([]*engine.Delivery, error) {
+// SkipSteps, HGETALL of its outputs) and makes each entry a delivery whose Run is its visit.
+// Entries whose data is gone (a trimmed stream) are acknowledged. A pure step's entry from
+// msgs[news:] (never delivered before) whose run this process moved into this visit is not
+// loaded: it starts from the run as that transition left it (knownRuns).
+func (src *stepSource) deliveries(ctx context.Context, msgs []redis.XMessage, news int) ([]*engine.Delivery, error) {
 	runs := map[string]*loaded{}
+	if src.o.Pure {
+		src.knownRuns(msgs[news:], runs)
+	}
 	pipe := src.s.c.Pipeline()
 	type load struct {
 		h   *redis.Cmd
@@ -324,7 +337,7 @@ func (src *stepSource) deliveries(ctx context.Context, msgs []redis.XMessage) ([
 			continue
 		}
 		id, _ := m.Values[msgRun].(string)
-		if _, ok := loads[id]; ok || id == "" {
+		if _, ok := loads[id]; ok || id == "" || runs[id] != nil {
 			continue
 		}
 		l := load{h: redis.NewCmd(ctx, loadArgs(src.s.k.run(id))...)}
@@ -358,7 +371,7 @@ func (src *stepSource) deliveries(ctx context.Context, msgs []redis.XMessage) ([
 		if err != nil {
 			src.log.Warn().Err(err).Msg("run record does not decode; its step messages are acknowledged unrun")
 		}
-		runs[id] = newLoaded(st, !src.o.SkipInput)
+		runs[id] = newLoaded(st, !src.o.SkipInput, !src.o.SkipSteps)
 	}
 	out := make([]*engine.Delivery, 0, len(msgs))
 	for _, m := range msgs {
@@ -367,6 +380,23 @@ func (src *stepSource) deliveries(ctx context.Context, msgs []redis.XMessage) ([
 		}
 	}
 	return out, nil
+}
+
+// knownRuns fills runs with the known runs (Store.known) of msgs at their messages' visits, as
+// deliveries sees them; a run whose outputs are not all known is left to load when the step
+// reads them.
+func (src *stepSource) knownRuns(msgs []redis.XMessage, runs map[string]*loaded) {
+	for _, m := range msgs {
+		id, _ := m.Values[msgRun].(string)
+		vs, _ := m.Values[msgVisit].(string)
+		visit, err := atoi(vs)
+		if id == "" || err != nil || runs[id] != nil {
+			continue
+		}
+		if st := src.s.known.take(id, visit); st != nil && (src.o.SkipSteps || st.Steps != nil) {
+			runs[id] = newLoaded(st, !src.o.SkipInput, !src.o.SkipSteps)
+		}
+	}
 }
 
 func ids(msgs []redis.XMessage) []string {
@@ -378,8 +408,8 @@ func ids(msgs []redis.XMessage) []string {
 }
 
 // newLoaded is st as its deliveries see it: the input decoded when input, the outputs when
-// they were read.
-func newLoaded(st *workflow.State, input bool) *loaded {
+// steps and st has them.
+func newLoaded(st *workflow.State, input, steps bool) *loaded {
 	if st == nil {
 		return nil
 	}
@@ -387,7 +417,7 @@ func newLoaded(st *workflow.State, input bool) *loaded {
 	if input {
 		l.input = decodeJSON(st.Input)
 	}
-	if st.Steps != nil {
+	if steps && st.Steps != nil {
 		l.steps = make(map[string]any, len(st.Steps))
 		for k, v := range st.Steps {
 			l.steps[k] = decodeJSON(v)
