@@ -141,7 +141,7 @@ func TestPureStepOfCancelledRunChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.s.known.cur[id] == nil {
+	if e.s.known.cur.runs[id] == nil {
 		t.Fatalf("the new run at a pure step is not known")
 	}
 	if err := e.s.Cancel(e.ctx, id); err != nil {
@@ -170,7 +170,9 @@ func TestPureStepOfCancelledRunChangesNothing(t *testing.T) {
 	}
 }
 
-// knownRuns keeps a run for the visit it is at, gives it out once, and holds two generations.
+// knownRuns keeps a run for the visit it is at and gives it out once, in two generations: a
+// new one begins when the current one holds half of knownBytes or is knownAge old, and the one
+// before it is dropped.
 func TestKnownRunsTakeOnceAndAgeOut(t *testing.T) {
 	var k knownRuns
 	k.allow("b")
@@ -186,14 +188,25 @@ func TestKnownRunsTakeOnceAndAgeOut(t *testing.T) {
 	if st := k.take("r3", 2); st == nil || k.take("r3", 2) != nil {
 		t.Error("r3 was not given once")
 	}
-	k.put(&workflow.State{ID: "first", Step: "b", Visit: 2})
-	for i := range 2 * maxKnown {
+
+	half := knownBytes / 2 / knownSize(&workflow.State{}) // runs of this size in a generation
+	for i := range 2*half + 1 {
 		k.put(&workflow.State{ID: fmt.Sprint(i), Step: "b", Visit: 2})
 	}
-	if k.take("first", 2) != nil {
-		t.Error("the oldest run outlived two generations")
+	if k.take("0", 2) != nil {
+		t.Error("a run outlived two generations of knownBytes")
 	}
-	if k.take(fmt.Sprint(maxKnown), 2) == nil {
-		t.Error("a run of the older generation was dropped")
+	if k.take(fmt.Sprint(half+1), 2) == nil || k.take(fmt.Sprint(2*half), 2) == nil {
+		t.Error("a run of the older generation, or of the newest, was dropped")
+	}
+	if k.cur.bytes+k.old.bytes > knownBytes {
+		t.Errorf("holds %d bytes, over %d", k.cur.bytes+k.old.bytes, knownBytes)
+	}
+	k.since = k.since.Add(-knownAge) // a generation later
+	k.put(&workflow.State{ID: "new", Step: "b", Visit: 2})
+	k.since = k.since.Add(-knownAge) // and another
+	k.put(&workflow.State{ID: "newer", Step: "b", Visit: 2})
+	if k.take(fmt.Sprint(2*half-1), 2) != nil || k.take("new", 2) == nil || k.take("newer", 2) == nil {
+		t.Error("a run outlived two generations of knownAge, or a newer one was dropped")
 	}
 }
