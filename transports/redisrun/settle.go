@@ -25,8 +25,8 @@ type settleOp struct {
 	copy bool          // copyScript; else applyScript
 	own  *redis.Script // a script of its own (a fan-out's, a park), whose reply says nothing to read
 	t    workflow.Transition
-	// prev is the run t was decided on (nil for a copy or a script of its own): with t applied,
-	// what this process knows of the run next (knownRuns).
+	// prev is the run t was decided on (nil for a script of its own, unused for a copy): with t
+	// applied, what this process knows of the run next (knownRuns).
 	prev *workflow.State
 	// trace is the run's trace context (read with the run): its span when t ends it.
 	trace string
