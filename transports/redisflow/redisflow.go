@@ -1,7 +1,7 @@
 // Package redisflow keeps per-key flow-control state in Redis (SPEC §13), shared by every
 // flowrun process that runs a pipeline against the same Redis. Each engine round (releases,
-// lease renewals, admissions of many deliveries) is one pipeline: one round trip per batch, one
-// atomic command per delivery and decision. Every key lives under `flowrun:{<pipeline>}:`, one
+// lease renewals, admissions of many deliveries) is one pipeline: one round trip per batch, and
+// a few commands and script calls per round. Every key lives under `flowrun:{<pipeline>}:`, one
 // Cluster slot per pipeline, and carries an expiry.
 package redisflow
 
@@ -35,8 +35,9 @@ func New(c redis.UniversalClient, pipeline string) *Store {
 func Prefix(pipeline string) string { return "flowrun:{" + pipeline + "}:" }
 
 // An engine round (releases, renewals, admissions) goes to Redis as one pipeline: one round
-// trip for a whole batch, and one command per delivery and decision, so flow control costs a
-// constant, small amount of Redis work per message. The keys:
+// trip for a whole batch, its releases and dedupe claims in one script call (keysScript) and
+// its other admissions in another (admitScript), so flow control costs a constant, small amount
+// of work per message. The keys:
 //
 //	c:<value>  concurrency key: a sorted set of lease tokens scored by expiry (ms)
 //	t:<value>  throttle key (t without a key): a list of start times (ms), oldest first, at
@@ -167,14 +168,53 @@ end
 return ok
 `)
 
-// dropClaimsScript deletes each dedupe claim KEYS[i] if it is still the delivery's of token
-// ARGV[i] (a retry or dead letter releases its key; a claim another process took over after an
-// expiry stays).
-var dropClaimsScript = redis.NewScript(`
-for i = 1, #KEYS do
-  if redis.call('GET', KEYS[i]) == 'run:' .. ARGV[i] then redis.call('DEL', KEYS[i]) end
+// keysScript carries out a round's releases and the claims of its admissions that have a
+// dedupe key alone, in that order: one script call for the round rather than a command per
+// release and claim, which costs this process a command's building, writing and reply per
+// message. Each key's command runs under pcall, so a key that fails (a wrong type, a command the
+// ACL does not grant) fails only its own release or claim. KEYS: the release keys, then the
+// claim keys. ARGV: lease ms, the number of release keys, then per release key an op and its
+// argument ('z' token: ZREM the lease; 'm' window ms: mark the claim done, whoever holds it by
+// now, the message succeeded; 'x' token: delete the claim if it is still the token's: a
+// retry or dead letter releases its key, a claim another process took over after an expiry
+// stays), then per claim key its token. Returns per key, in KEYS order, its error or: a
+// release 0; a claim -1 taken (or found its own: a round sent again), -2 done, 0 another
+// delivery runs it.
+var keysScript = redis.NewScript(`
+local lease, nrel = ARGV[1], tonumber(ARGV[2])
+local out = {}
+local function failed(r) return type(r) == 'table' and r.err end
+for i = 1, nrel do
+  local k, op, a = KEYS[i], ARGV[2 * i + 1], ARGV[2 * i + 2]
+  local r
+  if op == 'z' then
+    r = redis.pcall('ZREM', k, a)
+  elseif op == 'm' then
+    r = redis.pcall('SET', k, 'done', 'PX', a)
+  else
+    r = redis.pcall('GET', k)
+    if r == 'run:' .. a then r = redis.pcall('DEL', k) end
+  end
+  if failed(r) then out[i] = r else out[i] = 0 end
 end
-return 0
+local base = nrel + 2
+for j = nrel + 1, #KEYS do
+  local k, tok = KEYS[j], ARGV[base + j]
+  local cur = redis.pcall('SET', k, 'run:' .. tok, 'NX', 'GET', 'PX', lease)
+  if failed(cur) then
+    out[j] = cur
+  elseif not cur or cur == 'run:' .. tok then
+    out[j] = -1
+  elseif cur == 'done' then
+    out[j] = -2
+  elseif string.sub(cur, 1, 4) ~= 'run:' then
+    -- Not a claim or a mark (see admitScript).
+    out[j] = {err = 'WRONGTYPE ' .. k .. ' holds a value flowrun did not write'}
+  else
+    out[j] = 0
+  end
+end
+return out
 `)
 
 // Round implements engine.FlowStore: one pipeline. Admissions beyond r.Max wait unsent.
@@ -191,7 +231,7 @@ func (s *Store) Round(ctx context.Context, r *engine.FlowRound) error {
 		// command of a round may be sent twice: releases and renewals are idempotent, and an
 		// admission finds its own claim or lease and counts as made. Its throttle start (a
 		// time, not a token) is then counted twice: stricter for one period, never looser.
-		for _, sc := range []*redis.Script{admitScript, renewScript, dropClaimsScript} {
+		for _, sc := range []*redis.Script{admitScript, renewScript, keysScript} {
 			if err := loadScript(ctx, s.c, sc); err != nil {
 				return fmt.Errorf("redisflow: load script: %w", redisconn.Fault(-1, "script|load", s.prefix, err))
 			}
@@ -205,21 +245,20 @@ func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 	lease := ms(r.Lease)
 	r.ReleaseFaults, r.RenewFaults, r.AdmitFaults = r.ReleaseFaults[:0], r.RenewFaults[:0], r.AdmitFaults[:0]
 	p := s.c.Pipeline()
-	releases, drops := s.queueReleases(ctx, p, r.Releases)
+	n := min(len(r.Admits), max(r.Max, 0))
+	ks := s.queueKeys(ctx, p, lease, r.Releases, r.Admits[:n])
 	renews := make([]*redis.Cmd, len(r.Renews))
 	for i, x := range r.Renews {
 		renews[i] = renewScript.EvalSha(ctx, p, s.leaseKeys(x.Conc, x.Dedupe), x.Token, renewWhich(x), lease)
 	}
-	n := min(len(r.Admits), max(r.Max, 0))
-	leaseArg := any(lease)                // boxed once a round, not once a claim
-	claims := make([]*redis.StatusCmd, n) // dedupe alone: SET NX GET claims the key and says what held it
-	scripted := make([]int, 0, n)         // indexes of the admissions the script decides
+	var scripted []int // indexes of the admissions admitScript decides
 	for i, a := range r.Admits[:n] {
-		if a.Conc == "" && a.Throttle == "" {
-			claims[i] = status(ctx, p, "set", s.prefix+a.Dedupe, "run:"+a.Token, "nx", "get", "px", leaseArg)
-			continue
+		if a.Conc != "" || a.Throttle != "" {
+			if scripted == nil {
+				scripted = make([]int, 0, n-i)
+			}
+			scripted = append(scripted, i)
 		}
-		scripted = append(scripted, i)
 	}
 	var script *redis.Cmd
 	if len(scripted) > 0 {
@@ -247,16 +286,12 @@ func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 		*faults = append(*faults, f)
 		return nil
 	}
-	for _, x := range releases {
-		if err := fault(&r.ReleaseFaults, x.index, x.command, x.key, x.cmd.Err()); err != nil {
+	verdict := make([]int64, n)
+	if ks.cmd != nil {
+		if err := s.keysVerdicts(r, ks, verdict, fault); err != nil {
 			return err
 		}
-	}
-	if drops.cmd != nil {
-		if err := s.dropFaults(ctx, r, drops); err != nil {
-			return err
-		}
-		failed = failed || drops.cmd.Err() != nil
+		failed = failed || ks.cmd.Err() != nil
 	}
 	for i, c := range renews {
 		x := r.Renews[i]
@@ -264,15 +299,6 @@ func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 			return err
 		}
 	}
-	for i, c := range claims {
-		if c == nil || c.Err() == nil || errors.Is(c.Err(), redis.Nil) {
-			continue // a claim made (nil) or found; the key's name is built for a fault only
-		}
-		if err := fault(&r.AdmitFaults, i, "set", s.prefix+r.Admits[i].Dedupe, c.Err()); err != nil {
-			return err
-		}
-	}
-	verdict := make([]int64, n)
 	if script != nil {
 		if err := s.verdicts(ctx, r, lease, script, scripted, verdict); err != nil {
 			return err
@@ -288,139 +314,127 @@ func (s *Store) round(ctx context.Context, r *engine.FlowRound) error {
 			r.Lost = append(r.Lost, i)
 		}
 	}
-	s.claimVerdicts(r, claims, verdict)
 	r.Verdicts = flowVerdicts(r.Verdicts[:0], len(r.Admits), verdict)
 	return nil
 }
 
-// sentCmd is one queued release command, kept to name it in a fault.
-type sentCmd struct {
-	index        int
-	command, key string
-	cmd          redis.Cmder
+// keysCall is a round's keysScript call and what each of its keys stands for.
+type keysCall struct {
+	keys  []string
+	index []int // per key: its release's index into Releases, or its claim's into Admits
+	// command names a release key's command in a fault: "zrem" (a lease), "set" (a done mark),
+	// "evalsha" (a claim deleted if still its own); nrel keys are releases, the rest claims.
+	command []string
+	nrel    int
+	cmd     *redis.Cmd
 }
 
-// queueReleases queues each release's commands on p: the concurrency slot and the dedupe key,
-// the claims to delete in one script call for the round.
-func (s *Store) queueReleases(ctx context.Context, p redis.Pipeliner, xs []engine.FlowRelease) ([]sentCmd, drops) {
-	var releases []sentCmd // made at the first key: a throttle alone releases none
-	var drops drops
+// queueKeys queues one keysScript call on p for the round's releases (their concurrency leases
+// and dedupe keys) and the claims of its admissions that have a dedupe key alone; none when
+// there are neither (a throttle alone releases nothing).
+func (s *Store) queueKeys(ctx context.Context, p redis.Pipeliner, lease int64, xs []engine.FlowRelease, admits []engine.FlowAdmit) keysCall {
+	var k keysCall
+	claims := 0
+	for _, a := range admits {
+		if a.Dedupe != "" && a.Conc == "" && a.Throttle == "" {
+			claims++
+		}
+	}
+	nkeys := claims
+	for _, x := range xs {
+		if x.Conc != "" {
+			nkeys++
+		}
+		if x.Dedupe != "" {
+			nkeys++
+		}
+	}
+	if nkeys == 0 {
+		return k
+	}
+	k.keys = make([]string, 0, nkeys)
+	k.index = make([]int, 0, nkeys)
+	args := make([]any, 2, 2+2*(nkeys-claims)+claims)
+	args[0] = lease
 	var window time.Duration
 	var windowArg any // boxed once for the round's windows (a pipeline has one)
 	for i, x := range xs {
-		if releases == nil && (x.Conc != "" || x.Dedupe != "") {
-			releases = make([]sentCmd, 0, len(xs)-i)
-		}
 		if x.Conc != "" {
-			k := s.prefix + x.Conc
-			releases = append(releases, sentCmd{i, "zrem", k, integer(ctx, p, "zrem", k, x.Token)})
+			k.keys, k.index = append(k.keys, s.prefix+x.Conc), append(k.index, i)
+			k.command = append(k.command, "zrem")
+			args = append(args, "z", x.Token)
 		}
 		switch {
 		case x.Dedupe == "":
+			continue
 		case x.Window > 0:
 			if windowArg == nil || x.Window != window {
 				window, windowArg = x.Window, any(ms(x.Window))
 			}
-			// Written whoever holds the claim by now: the message succeeded, so any copy is a
-			// duplicate.
-			k := s.prefix + x.Dedupe
-			releases = append(releases, sentCmd{i, "set", k, status(ctx, p, "set", k, "done", "px", windowArg)})
+			k.command = append(k.command, "set")
+			args = append(args, "m", windowArg)
 		default:
-			drops.index = append(drops.index, i)
-			drops.keys = append(drops.keys, s.prefix+x.Dedupe)
-			drops.tokens = append(drops.tokens, x.Token)
+			k.command = append(k.command, "evalsha")
+			args = append(args, "x", x.Token)
+		}
+		k.keys, k.index = append(k.keys, s.prefix+x.Dedupe), append(k.index, i)
+	}
+	k.nrel = len(k.keys)
+	args[1] = k.nrel
+	for i, a := range admits {
+		if a.Dedupe != "" && a.Conc == "" && a.Throttle == "" {
+			k.keys, k.index = append(k.keys, s.prefix+a.Dedupe), append(k.index, i)
+			args = append(args, a.Token)
 		}
 	}
-	if len(drops.index) > 0 {
-		drops.cmd = dropClaimsScript.EvalSha(ctx, p, drops.keys, drops.tokens...)
+	k.cmd = keysScript.EvalSha(ctx, p, k.keys, args...)
+	return k
+}
+
+// keysVerdicts reads keysScript's answer: a fault per release or claim whose key failed, and
+// each claim's verdict into verdict. When the whole call failed for good (a permission the
+// user lacks) every release and claim in it fails so.
+func (s *Store) keysVerdicts(r *engine.FlowRound, k keysCall, verdict []int64,
+	fault func(faults *[]engine.Fault, index int, command, key string, err error) error) error {
+	command := func(j int) string {
+		if j < k.nrel {
+			return k.command[j]
+		}
+		return "set"
 	}
-	return releases, drops
-}
-
-// drops is a round's dedupe claims to delete (retries and dead letters), sent as one
-// dropClaimsScript call: a script call costs Redis several times the few commands each claim
-// needs.
-type drops struct {
-	index  []int // into the round's Releases
-	keys   []string
-	tokens []any
-	cmd    *redis.Cmd
-}
-
-// dropFaults reads the drops' outcome. When the script failed for good (a key of the wrong
-// type, a permission the user lacks) Redis does not say which claim was at fault: each is
-// deleted again by a script of its own (harmless twice), so that only those that need the bad
-// key fail. A failure that may pass by itself fails the round.
-func (s *Store) dropFaults(ctx context.Context, r *engine.FlowRound, d drops) error {
-	err := d.cmd.Err()
-	if err == nil || errors.Is(err, redis.Nil) {
+	faults := func(j int) *[]engine.Fault {
+		if j < k.nrel {
+			return &r.ReleaseFaults
+		}
+		return &r.AdmitFaults
+	}
+	if err := k.cmd.Err(); err != nil {
+		for j, key := range k.keys {
+			if err := fault(faults(j), k.index[j], "evalsha", key, err); err != nil {
+				return err
+			}
+		}
 		return nil
 	}
-	if f := redisconn.Fault(d.index[0], "evalsha", d.keys[0], err); !f.Permanent {
-		return fmt.Errorf("redisflow: round on %s: %w", s.prefix, f)
+	vs, err := k.cmd.Slice()
+	if err != nil || len(vs) != len(k.keys) {
+		return fmt.Errorf("redisflow: round on %s: %d answers for %d keys: %v", s.prefix, len(vs), len(k.keys), err)
 	}
-	each := []*redis.Cmd{d.cmd}
-	if len(d.keys) > 1 {
-		p := s.c.Pipeline()
-		each = make([]*redis.Cmd, len(d.keys))
-		for j, k := range d.keys {
-			each[j] = dropClaimsScript.EvalSha(ctx, p, []string{k}, d.tokens[j])
+	for j, v := range vs {
+		switch v := v.(type) {
+		case error:
+			if err := fault(faults(j), k.index[j], command(j), k.keys[j], v); err != nil {
+				return err
+			}
+		case int64:
+			if j >= k.nrel {
+				verdict[k.index[j]] = v
+			}
+		default:
+			return fmt.Errorf("redisflow: round on %s: answer %v for key %s", s.prefix, v, k.keys[j])
 		}
-		_, _ = p.Exec(ctx) // each command's own error is read below
-	}
-	for j, c := range each {
-		err := c.Err()
-		if err == nil || errors.Is(err, redis.Nil) {
-			continue
-		}
-		if redisconn.IsNoScript(err) {
-			return errNoScript
-		}
-		f := redisconn.Fault(d.index[j], "evalsha", d.keys[j], err)
-		if !f.Permanent {
-			return fmt.Errorf("redisflow: round on %s: %w", s.prefix, f)
-		}
-		r.ReleaseFaults = append(r.ReleaseFaults, f)
 	}
 	return nil
-}
-
-// status and integer queue one command on p with its arguments as given: one allocation for
-// them, where go-redis's SetArgs, Set and ZRem grow theirs, a cost paid per delivery here.
-func status(ctx context.Context, p redis.Pipeliner, args ...any) *redis.StatusCmd {
-	c := redis.NewStatusCmd(ctx, args...)
-	_ = p.Process(ctx, c)
-	return c
-}
-
-func integer(ctx context.Context, p redis.Pipeliner, args ...any) *redis.IntCmd {
-	c := redis.NewIntCmd(ctx, args...)
-	_ = p.Process(ctx, c)
-	return c
-}
-
-// claimVerdicts reads what each dedupe-only SET NX GET claim found into verdict.
-func (s *Store) claimVerdicts(r *engine.FlowRound, claims []*redis.StatusCmd, verdict []int64) {
-	for i, c := range claims {
-		if c == nil || c.Err() != nil && !errors.Is(c.Err(), redis.Nil) {
-			continue
-		}
-		old, err := c.Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-			verdict[i] = -1
-		case old == "done":
-			verdict[i] = -2
-		case old == "run:"+r.Admits[i].Token:
-			verdict[i] = -1 // a round sent again: the claim is its own
-		case !strings.HasPrefix(old, "run:"):
-			// Not a claim or a mark (see admitScript).
-			r.AdmitFaults = append(r.AdmitFaults, redisconn.Fault(i, "set", s.prefix+r.Admits[i].Dedupe,
-				redisconn.ServerError("WRONGTYPE "+s.prefix+r.Admits[i].Dedupe+" holds a value flowrun did not write")))
-		default:
-			verdict[i] = 0 // another delivery runs it; poll
-		}
-	}
 }
 
 // flowVerdicts turns the script's and the claims' numbers into the engine's verdicts; an
