@@ -334,35 +334,38 @@ type keysCall struct {
 // there are neither (a throttle alone releases nothing).
 func (s *Store) queueKeys(ctx context.Context, p redis.Pipeliner, lease int64, xs []engine.FlowRelease, admits []engine.FlowAdmit) keysCall {
 	var k keysCall
-	claims := 0
+	nkeys, size := 0, 0
 	for _, a := range admits {
 		if a.Dedupe != "" && a.Conc == "" && a.Throttle == "" {
-			claims++
+			nkeys, size = nkeys+1, size+len(a.Dedupe)
 		}
 	}
-	nkeys := claims
+	claims := nkeys
 	for _, x := range xs {
 		if x.Conc != "" {
-			nkeys++
+			nkeys, size = nkeys+1, size+len(x.Conc)
 		}
 		if x.Dedupe != "" {
-			nkeys++
+			nkeys, size = nkeys+1, size+len(x.Dedupe)
 		}
 	}
 	if nkeys == 0 {
 		return k
 	}
-	k.keys = make([]string, 0, nkeys)
+	names := keyNames{buf: make([]byte, 0, size+nkeys*len(s.prefix)), ends: make([]int, 0, nkeys)}
 	k.index = make([]int, 0, nkeys)
+	k.command = make([]string, 0, nkeys-claims)
+	// Tokens go as pointers into the round (see evalSha): no boxing each.
 	args := make([]any, 2, 2+2*(nkeys-claims)+claims)
 	args[0] = lease
 	var window time.Duration
 	var windowArg any // boxed once for the round's windows (a pipeline has one)
-	for i, x := range xs {
+	for i := range xs {
+		x := &xs[i]
 		if x.Conc != "" {
-			k.keys, k.index = append(k.keys, s.prefix+x.Conc), append(k.index, i)
-			k.command = append(k.command, "zrem")
-			args = append(args, "z", x.Token)
+			names.add(s.prefix, x.Conc)
+			k.index, k.command = append(k.index, i), append(k.command, "zrem")
+			args = append(args, "z", &x.Token)
 		}
 		switch {
 		case x.Dedupe == "":
@@ -375,19 +378,22 @@ func (s *Store) queueKeys(ctx context.Context, p redis.Pipeliner, lease int64, x
 			args = append(args, "m", windowArg)
 		default:
 			k.command = append(k.command, "evalsha")
-			args = append(args, "x", x.Token)
+			args = append(args, "x", &x.Token)
 		}
-		k.keys, k.index = append(k.keys, s.prefix+x.Dedupe), append(k.index, i)
+		names.add(s.prefix, x.Dedupe)
+		k.index = append(k.index, i)
 	}
-	k.nrel = len(k.keys)
+	k.nrel = len(k.index)
 	args[1] = k.nrel
-	for i, a := range admits {
-		if a.Dedupe != "" && a.Conc == "" && a.Throttle == "" {
-			k.keys, k.index = append(k.keys, s.prefix+a.Dedupe), append(k.index, i)
-			args = append(args, a.Token)
+	for i := range admits {
+		if a := &admits[i]; a.Dedupe != "" && a.Conc == "" && a.Throttle == "" {
+			names.add(s.prefix, a.Dedupe)
+			k.index = append(k.index, i)
+			args = append(args, &a.Token)
 		}
 	}
-	k.cmd = keysScript.EvalSha(ctx, p, k.keys, args...)
+	k.keys = names.strings()
+	k.cmd = evalSha(ctx, p, keysScript, k.keys, args)
 	return k
 }
 
@@ -459,8 +465,8 @@ func flowVerdicts(out []engine.FlowVerdict, admits int, verdict []int64) []engin
 
 // admit queues one admitScript call on p deciding the admissions of which, in order.
 func (s *Store) admit(ctx context.Context, p redis.Pipeliner, lease int64, admits []engine.FlowAdmit, which []int) *redis.Cmd {
-	var keys []string
-	params := []any{lease} // two per key
+	var names keyNames
+	var params []any // two per key
 	index := map[string]int{}
 	// A pipeline's keys of one kind share their numbers: each is boxed once a round, not once
 	// a key.
@@ -479,23 +485,68 @@ func (s *Store) admit(ctx context.Context, p redis.Pipeliner, lease int64, admit
 		}
 		i, ok := index[k]
 		if !ok {
-			keys = append(keys, s.prefix+k)
+			names.add(s.prefix, k)
 			params = append(params, box(int64(limit)), box(ms(period)))
-			i = len(keys)
+			i = len(index) + 1
 			index[k] = i
 		}
 		return i
 	}
-	args := make([]any, 0, 4*len(which))
+	ixs := make([]int, 0, 3*len(which))
 	for _, i := range which {
-		a := admits[i]
+		a := &admits[i]
+		ixs = append(ixs, ix(a.Dedupe, 0, 0), ix(a.Conc, a.ConcLimit, 0), ix(a.Throttle, a.ThrottleLimit, a.Period))
+	}
+	keys := names.strings()
+	args := make([]any, 0, 1+len(params)+4*len(which))
+	args = append(append(args, lease), params...)
+	for j, i := range which {
+		a := &admits[i]
 		var tok any = ""
 		if a.Dedupe != "" || a.Conc != "" {
-			tok = a.Token // a throttle alone holds nothing the token would name
+			tok = &a.Token // a throttle alone holds nothing the token would name
 		}
-		args = append(args, tok, ix(a.Dedupe, 0, 0), ix(a.Conc, a.ConcLimit, 0), ix(a.Throttle, a.ThrottleLimit, a.Period))
+		args = append(args, tok, ixs[3*j], ixs[3*j+1], ixs[3*j+2])
 	}
-	return admitScript.EvalSha(ctx, p, keys, append(params, args...)...)
+	return evalSha(ctx, p, admitScript, keys, args)
+}
+
+// evalSha queues sc's EVALSHA of keys and args on p, building its arguments once: the keys go
+// as pointers into keys (go-redis writes a *string as its string), which boxes none of them,
+// where Script.EvalSha boxes every key and copies the arguments twice.
+func evalSha(ctx context.Context, p redis.Pipeliner, sc *redis.Script, keys []string, args []any) *redis.Cmd {
+	all := make([]any, 3, 3+len(keys)+len(args))
+	all[0], all[1], all[2] = "evalsha", sc.Hash(), len(keys)
+	for i := range keys {
+		all = append(all, &keys[i])
+	}
+	c := redis.NewCmd(ctx, append(all, args...)...)
+	if len(keys) > 0 {
+		c.SetFirstKeyPos(3) // a Cluster client routes by the first key
+	}
+	_ = p.Process(ctx, c)
+	return c
+}
+
+// keyNames builds a round's full key names in one string, each name a slice of it: one
+// allocation for the round's names rather than one a key.
+type keyNames struct {
+	buf  []byte
+	ends []int
+}
+
+func (n *keyNames) add(prefix, k string) {
+	n.buf = append(append(n.buf, prefix...), k...)
+	n.ends = append(n.ends, len(n.buf))
+}
+
+func (n *keyNames) strings() []string {
+	all, start := string(n.buf), 0
+	out := make([]string, len(n.ends))
+	for i, end := range n.ends {
+		out[i], start = all[start:end], end
+	}
+	return out
 }
 
 // verdicts reads the admission script's verdicts into verdict. When the script failed for good
