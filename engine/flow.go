@@ -254,17 +254,23 @@ func (g *flowGate) inlineLocked(n, parked int) bool {
 func (g *flowGate) prepare(ds []*Delivery) []*flowWait {
 	ws := make([]*flowWait, 0, len(ds))
 	decided := 0
+	now := time.Now() // one clock reading for the push: its deliveries were read together
+	// A throttle alone holds nothing a token would name (FlowLease.Token).
+	tokens := g.st.f.Dedupe != nil || g.st.f.Concurrency != nil
 	for _, d := range ds {
 		if d.Headers == nil {
 			d.Headers = map[string]string{}
 		}
 		g.r.policy.Caps.Number(d)
-		now := time.Now()
 		dec, over := g.r.policy.Before(d, now)
 		var err error
 		if !over {
 			var a FlowAdmit
-			if a, err = flowAdmit(g.st.f, g.st.slack, g.token(), d); err == nil {
+			token := ""
+			if tokens {
+				token = g.token()
+			}
+			if a, err = flowAdmit(g.st.f, g.st.slack, token, d); err == nil {
 				ws = append(ws, &flowWait{d: d, admit: a, ask: -1})
 				continue
 			}

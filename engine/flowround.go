@@ -247,7 +247,8 @@ func (s *flowState) admitted(w *flowWait, now time.Time) {
 // held here.
 func (s *flowState) ticket(w *flowWait, at time.Time) *flowTicket {
 	l := FlowLease{Token: w.admit.Token, Conc: w.admit.Conc, Dedupe: w.admit.Dedupe}
-	t := &flowTicket{at: at, lease: l, throttle: throttleOf(w.admit)}
+	w.ticket = flowTicket{at: at, lease: l, throttle: throttleOf(w.admit)}
+	t := &w.ticket
 	s.running[w.d] = t
 	s.hold(l)
 	return t

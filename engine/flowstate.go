@@ -55,6 +55,9 @@ type flowWait struct {
 	admit FlowAdmit
 	ask   int  // its index in the round out now; -1 when not asked
 	again bool // admitted, but too late to start: it holds its leases and asks for a start
+	// ticket is what it holds once admitted (flowState.running points here): one allocation
+	// per delivery for both.
+	ticket flowTicket
 }
 
 // flowTicket is what a running delivery holds.
@@ -257,7 +260,8 @@ func (s *flowState) handoff(fd flowDone, now time.Time, asking bool) *Delivery {
 			return nil
 		}
 		delete(s.running, fd.d)
-		s.running[w.d] = &flowTicket{at: now, lease: t.lease, throttle: throttleOf(w.admit), handoffs: t.handoffs + 1}
+		w.ticket = flowTicket{at: now, lease: t.lease, throttle: throttleOf(w.admit), handoffs: t.handoffs + 1}
+		s.running[w.d] = &w.ticket
 		s.parked = append(s.parked[:i], s.parked[i+1:]...)
 		s.slots--
 		return w.d

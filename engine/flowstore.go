@@ -86,7 +86,7 @@ type FlowRound struct {
 
 // FlowLease is what one admitted delivery holds.
 type FlowLease struct {
-	Token  string // unique per admission
+	Token  string // unique per admission; "" when it holds neither (a throttle alone)
 	Conc   string // concurrency key, "" when none
 	Dedupe string // dedupe key, "" when none
 }
