@@ -3,8 +3,10 @@ package redisstream
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -109,3 +111,97 @@ func engineDrain(b *testing.B, retry bool) {
 	b.ReportMetric(float64(counter.want)/float64(counter.calls.Load()), "settled/call")
 	b.ReportMetric(float64(counter.want)/float64(counter.pushes.Load()), "read/push")
 }
+
+// takeoverMinIdle is min_idle of BenchmarkEngineTakeover, as in the bench's claim workload.
+const takeoverMinIdle = time.Second
+
+// BenchmarkEngineTakeover takes over b.N entries a dead consumer left pending, idle for
+// min_idle, through the engine with every delivery acknowledged (the bench's claim-takeover and
+// reclaim-takeover rows; -fresh: a backlog never read, the claim-fresh and reclaim-fresh rows),
+// and with the bench's hand-written loop (XAUTOCLAIM COUNT 1000, one XACK
+// of each batch) for the ratio. cpu-ns/op is this process's CPU time per entry, steadier than the
+// bench on a shared machine; each run waits min_idle first:
+//
+//	go test -run '^$' -bench EngineTakeover -benchtime 200000x -count 3 ./transports/redisstream/
+func BenchmarkEngineTakeover(b *testing.B) {
+	b.Run("plain", func(b *testing.B) {
+		c := takeoverBacklog(b, true)
+		ctx := context.Background()
+		b.ReportAllocs()
+		b.ResetTimer()
+		cpu0 := transporttest.CPUTime()
+		args := &redis.XAutoClaimArgs{Stream: "bench", Group: "g", Consumer: "plain", MinIdle: takeoverMinIdle, Start: "0-0", Count: 1000}
+		for done := 0; done < b.N; {
+			msgs, next, err := c.XAutoClaim(ctx, args).Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			args.Start = next
+			ids := make([]string, len(msgs))
+			for i, m := range msgs {
+				ids[i] = m.ID
+			}
+			if len(ids) > 0 {
+				if err := c.XAck(ctx, "bench", "g", ids...).Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			done += len(ids)
+		}
+		cpu := transporttest.CPUTime() - cpu0
+		b.StopTimer()
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	})
+	for _, kind := range []string{KindClaiming, KindReclaim, KindClaiming + "-fresh", KindReclaim + "-fresh"} {
+		b.Run(kind, func(b *testing.B) {
+			kind, fresh := strings.CutSuffix(kind, "-fresh")
+			c := takeoverBacklog(b, !fresh)
+			src, err := New(c, Options{Kind: kind, Stream: "bench", Group: "g", Consumer: "b", Batch: 1000, MinIdle: takeoverMinIdle}, zerolog.Nop())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer src.Close()
+			counter := &settleCounter{Source: src, want: int64(b.N), done: make(chan struct{})}
+			p := &engine.Pipeline{Name: "bench", Source: counter, Logger: zerolog.Nop(),
+				Handler: engine.HandlerFunc(func(context.Context, *engine.Delivery) engine.Result {
+					return engine.Result{Outcome: engine.Ack()}
+				})}
+			cpu := transporttest.DrainCPU(b, context.Background(), p, counter.done, counter.n.Load)
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(counter.want), "cpu-ns/op")
+			b.ReportMetric(float64(counter.want)/float64(counter.calls.Load()), "settled/call")
+			b.ReportMetric(float64(counter.want)/float64(counter.pushes.Load()), "read/push")
+		})
+	}
+}
+
+// takeoverBacklog preloads b.N entries on stream "bench" with group "g"; with dead, consumer
+// "dead" has read them and never acknowledged them, and it waits until they are idle for
+// takeoverMinIdle. Redis writes
+// and reads them in scripts, so that this process's profile is the takeover's alone.
+func takeoverBacklog(b *testing.B, dead bool) *redis.Client {
+	_, c := redistest.Fresh(b)
+	ctx := context.Background()
+	for i := 0; i < b.N; i += 10_000 {
+		if err := deadBacklogScript.Run(ctx, c, []string{"bench"}, i, min(i+10_000, b.N), dead).Err(); err != nil && !isNil(err) {
+			b.Fatal(err)
+		}
+	}
+	if dead {
+		time.Sleep(takeoverMinIdle + 100*time.Millisecond)
+	}
+	return c
+}
+
+// deadBacklogScript adds entries ARGV[1] to ARGV[2] (exclusive) to KEYS[1], with group g
+// created at the first, and with ARGV[3] = 1 has consumer dead read them.
+var deadBacklogScript = redis.NewScript(`
+for j = tonumber(ARGV[1]), tonumber(ARGV[2]) - 1 do
+  redis.call('XADD', KEYS[1], '*', 'payload',
+    '{"id":' .. j .. ',"amount":12.5,"currency":"EUR","customer":"c-' .. (j % 97) .. '"}')
+end
+if tonumber(ARGV[1]) == 0 then redis.call('XGROUP', 'CREATE', KEYS[1], 'g', '0') end
+if ARGV[3] == '1' then
+  redis.call('XREADGROUP', 'GROUP', 'g', 'dead', 'COUNT', tonumber(ARGV[2]) - tonumber(ARGV[1]), 'STREAMS', KEYS[1], '>')
+end
+return 0
+`)
