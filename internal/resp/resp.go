@@ -73,6 +73,10 @@ func (r *Reader) line() ([]byte, error) {
 // header reads a line that must start with kind and returns its number (-1 is a null); an error
 // reply is returned as an Error.
 func (r *Reader) header(kind byte) (int, error) {
+	if n, h, _ := r.quick(kind); h > 0 {
+		r.br.Discard(h)
+		return n, nil
+	}
 	l, err := r.line()
 	if err != nil {
 		return 0, err
@@ -97,6 +101,33 @@ func (r *Reader) header(kind byte) (int, error) {
 // ArrayLen reads an array's length; -1 is a null array.
 func (r *Reader) ArrayLen() (int, error) { return r.header('*') }
 
+// quickMost is the longest number quick reads: nine digits, which never overflow an int.
+const quickMost = 9
+
+// quick reads, without consuming it, a header line of kind already in the buffer whose number is
+// plain digits (no sign, at most quickMost), as header would read it: the number, the line's
+// length with its CRLF, and the buffered bytes it starts. h is 0 for anything else (a null, an error reply, a line not yet
+// buffered, a malformed one), which header then reads the long way, with its errors. Each
+// reply's elements start with such a line: this skips ReadSlice's search and strconv's call.
+func (r *Reader) quick(kind byte) (n, h int, b []byte) {
+	b, _ = r.br.Peek(r.br.Buffered()) // buffered bytes: never reads
+	if len(b) < 4 || b[0] != kind {
+		return 0, 0, nil
+	}
+	for i := 1; i < len(b) && i <= quickMost+1; i++ {
+		c := b[i]
+		switch {
+		case '0' <= c && c <= '9':
+			n = n*10 + int(c-'0')
+		case c == '\r' && i > 1 && i+1 < len(b) && b[i+1] == '\n':
+			return n, i + 2, b
+		default:
+			return 0, 0, nil
+		}
+	}
+	return 0, 0, nil
+}
+
 // Array reads the length of an array that must not be null.
 func (r *Reader) Array() (int, error) {
 	n, err := r.ArrayLen()
@@ -114,6 +145,11 @@ func (r *Reader) Int() (int64, error) {
 
 // Bulk reads a bulk string, which must not be null, into a slice valid until the next read.
 func (r *Reader) Bulk() ([]byte, error) {
+	if n, h, b := r.quick('$'); h > 0 && len(b) >= h+n+2 && b[h+n] == '\r' && b[h+n+1] == '\n' {
+		// Header and string both buffered (the usual case): one look at the buffer for both.
+		r.br.Discard(h + n + 2)
+		return b[h : h+n], nil
+	}
 	n, err := r.bulkLen()
 	if err != nil || n+2 > r.br.Size() {
 		return r.readFull(n, err)
