@@ -53,11 +53,14 @@ func Prefix(pipeline string) string { return "flowrun:{" + pipeline + "}:" }
 // order, each atomically over its keys: the dedupe claim first (a duplicate is known as one
 // without waiting for its other keys), then each limit; on a wait nothing is kept. One script
 // for the round rather than one per delivery: a script call costs Redis more than the few
-// commands each admission runs. KEYS: every key of those admissions, once each (one slot).
-// ARGV: lease ms, then two numbers per key, in KEYS order: a concurrency key's limit, a
-// throttle key's limit and period ms (0 where unused), then per admission its token and its
-// dedupe, concurrency and throttle key indexes (0: none); a key's numbers are sent, and parsed,
-// once a round rather than once per admission. Returns per admission -1 admitted, -2
+// commands each admission runs. KEYS: every key of those admissions, once each (one slot),
+// grouped by their numbers. ARGV: lease ms; the fields every admission carries, in order, some
+// of k (its token), d, c, t (its dedupe, concurrency and throttle key indexes, 0: none); the
+// number of key groups, then per group, in KEYS order, its key count, limit (a concurrency or
+// throttle key's) and period ms (a throttle key's; 0 where unused); then the admissions'
+// fields. A key's numbers go once a round for its whole group (a pipeline's keys of one kind
+// share them), and an admission sends only the fields its round uses: a throttle alone, one
+// index. Returns per admission -1 admitted, -2
 // duplicate, or the ms after which trying again may succeed (0: unknown).
 var admitScript = redis.NewScript(`
 local t = redis.call('TIME')
@@ -127,14 +130,27 @@ local function admit(tok, d, c, cl, th, tl, tp)
   end
   return -1
 end
+local fields = ARGV[2]
+-- Each key's numbers, from its group's.
 local lim, per = {}, {}
-for k = 1, #KEYS do
-  lim[k], per[k] = tonumber(ARGV[2 * k]), tonumber(ARGV[2 * k + 1])
+local k, a = 0, 4
+for _ = 1, tonumber(ARGV[3]) do
+  local n, l, p = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  for j = k + 1, k + n do lim[j], per[j] = l, p end
+  k, a = k + n, a + 3
+end
+-- at: each field's offset within an admission's.
+local at = {}
+for f = 1, #fields do at[string.sub(fields, f, f)] = f - 1 end
+local function ix(i, f)
+  if not at[f] then return 0 end
+  return tonumber(ARGV[i + at[f]])
 end
 local out = {}
-for i = 2 * #KEYS + 2, #ARGV, 4 do
-  local d, c, th = tonumber(ARGV[i+1]), tonumber(ARGV[i+2]), tonumber(ARGV[i+3])
-  out[#out + 1] = admit(ARGV[i], d > 0 and KEYS[d] or nil, c > 0 and KEYS[c] or nil, lim[c],
+for i = a, #ARGV, #fields do
+  local tok = at.k and ARGV[i + at.k] or ''
+  local d, c, th = ix(i, 'd'), ix(i, 'c'), ix(i, 't')
+  out[#out + 1] = admit(tok, d > 0 and KEYS[d] or nil, c > 0 and KEYS[c] or nil, lim[c],
     th > 0 and KEYS[th] or nil, lim[th], per[th])
 end
 for k, ttl in pairs(expire) do redis.call('PEXPIRE', k, ttl) end
@@ -465,50 +481,91 @@ func flowVerdicts(out []engine.FlowVerdict, admits int, verdict []int64) []engin
 
 // admit queues one admitScript call on p deciding the admissions of which, in order.
 func (s *Store) admit(ctx context.Context, p redis.Pipeliner, lease int64, admits []engine.FlowAdmit, which []int) *redis.Cmd {
-	var names keyNames
-	var params []any // two per key
-	index := map[string]int{}
-	// A pipeline's keys of one kind share their numbers: each is boxed once a round, not once
-	// a key.
-	boxed := map[int64]any{}
-	box := func(n int64) any {
-		b, ok := boxed[n]
-		if !ok {
-			b = n
-			boxed[n] = b
-		}
-		return b
-	}
-	ix := func(k string, limit int, period time.Duration) int {
-		if k == "" {
-			return 0
-		}
-		i, ok := index[k]
-		if !ok {
-			names.add(s.prefix, k)
-			params = append(params, box(int64(limit)), box(ms(period)))
-			i = len(index) + 1
-			index[k] = i
-		}
-		return i
-	}
-	ixs := make([]int, 0, 3*len(which))
+	// The fields the round's admissions carry (admitScript): a pipeline's admissions all ask
+	// for the same blocks, but one asking again for a late start asks for its throttle alone.
+	var d, c, t bool
 	for _, i := range which {
 		a := &admits[i]
-		ixs = append(ixs, ix(a.Dedupe, 0, 0), ix(a.Conc, a.ConcLimit, 0), ix(a.Throttle, a.ThrottleLimit, a.Period))
+		d, c, t = d || a.Dedupe != "", c || a.Conc != "", t || a.Throttle != ""
 	}
-	keys := names.strings()
-	args := make([]any, 0, 1+len(params)+4*len(which))
-	args = append(append(args, lease), params...)
+	fields := make([]byte, 0, 4)
+	for _, f := range []struct {
+		on bool
+		b  byte
+	}{{d || c, 'k'}, {d, 'd'}, {c, 'c'}, {t, 't'}} {
+		if f.on {
+			fields = append(fields, f.b)
+		}
+	}
+	// Keys by group (their numbers), each key once: where an admission's keys are is noted as
+	// a group and place, their indexes known once every group's size is.
+	type nums struct{ limit, period int64 }
+	type place struct{ group, at int32 } // at+1; 0: no key
+	var groups []nums
+	var members [][]string
+	group := map[nums]int32{}
+	index := map[string]place{}
+	put := func(k string, limit int, period time.Duration) place {
+		if k == "" {
+			return place{}
+		}
+		if pl, ok := index[k]; ok {
+			return pl
+		}
+		n := nums{int64(limit), ms(period)}
+		g, ok := group[n]
+		if !ok {
+			g = int32(len(groups))
+			group[n] = g
+			groups, members = append(groups, n), append(members, nil)
+		}
+		members[g] = append(members[g], k)
+		pl := place{g, int32(len(members[g]))}
+		index[k] = pl
+		return pl
+	}
+	places := make([]place, 0, 3*len(which))
+	for _, i := range which {
+		a := &admits[i]
+		places = append(places, put(a.Dedupe, 0, 0), put(a.Conc, a.ConcLimit, 0), put(a.Throttle, a.ThrottleLimit, a.Period))
+	}
+	var names keyNames
+	offset := make([]int, len(groups))
+	args := make([]any, 0, 3+3*len(groups)+len(fields)*len(which))
+	args = append(args, lease, string(fields), len(groups))
+	for g, n := range groups {
+		offset[g] = len(names.ends)
+		for _, k := range members[g] {
+			names.add(s.prefix, k)
+		}
+		args = append(args, len(members[g]), n.limit, n.period)
+	}
+	keyIndex := func(pl place) int {
+		if pl.at == 0 {
+			return 0
+		}
+		return offset[pl.group] + int(pl.at)
+	}
 	for j, i := range which {
 		a := &admits[i]
-		var tok any = ""
-		if a.Dedupe != "" || a.Conc != "" {
-			tok = &a.Token // a throttle alone holds nothing the token would name
+		if d || c {
+			var tok any = ""
+			if a.Dedupe != "" || a.Conc != "" {
+				tok = &a.Token // a throttle alone holds nothing the token would name
+			}
+			args = append(args, tok)
 		}
-		args = append(args, tok, ixs[3*j], ixs[3*j+1], ixs[3*j+2])
+		if d {
+			args = append(args, keyIndex(places[3*j]))
+		}
+		if c {
+			args = append(args, keyIndex(places[3*j+1]))
+		}
+		if t {
+			args = append(args, keyIndex(places[3*j+2]))
+		}
 	}
-	return evalSha(ctx, p, admitScript, keys, args)
+	return evalSha(ctx, p, admitScript, names.strings(), args)
 }
 
 // evalSha queues sc's EVALSHA of keys and args on p, building its arguments once: the keys go
