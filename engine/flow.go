@@ -257,14 +257,17 @@ func (g *flowGate) prepare(ds []*Delivery) []*flowWait {
 	now := time.Now() // one clock reading for the push: its deliveries were read together
 	// A throttle alone holds nothing a token would name (FlowLease.Token).
 	tokens := g.st.f.Dedupe != nil || g.st.f.Concurrency != nil
+	pol := &g.r.policy
 	for _, d := range ds {
 		if d.Headers == nil {
 			d.Headers = map[string]string{}
 		}
-		g.r.policy.Caps.Number(d)
-		dec, over := g.r.policy.Before(d, now)
+		pol.Caps.Number(d)
+		var dec Decision
 		var err error
-		if !over {
+		if pol.pastCap(d) {
+			dec, _ = pol.Before(d, now)
+		} else {
 			var a FlowAdmit
 			token := ""
 			if tokens {
@@ -275,7 +278,7 @@ func (g *flowGate) prepare(ds []*Delivery) []*flowWait {
 				continue
 			}
 			err = fmt.Errorf("flow control: %w", err)
-			dec = g.r.policy.Decide(d, Retry(), err, now)
+			dec = pol.Decide(d, Retry(), err, now)
 			dec.Cause = err
 		}
 		g.r.tally.read.Add(1)

@@ -189,11 +189,17 @@ func (s *flowState) applyVerdicts(q roundReq, sent time.Time, acts *flowActs) {
 	progressed := false
 	keep := s.parked[:0]
 	admitFaults := faultsByIndex(q.r.AdmitFaults, q.asked)
-	for _, w := range s.parked {
-		if q.asked == 0 || w.ask < 0 {
+	left := q.asked // asked deliveries not yet met: once all are, the rest is kept as it is
+	for i, w := range s.parked {
+		if left == 0 {
+			keep = append(keep, s.parked[i:]...)
+			break
+		}
+		if w.ask < 0 {
 			keep = append(keep, w)
 			continue
 		}
+		left--
 		ask := w.ask
 		w.ask = -1
 		if fl := faultsAt(admitFaults, ask); len(fl) > 0 {

@@ -39,12 +39,16 @@ type Decision struct {
 // Before is checked before a handler runs: a delivery whose attempt is already past the cap
 // (it crashed N workers, or was left pending N times) goes straight to the dead letter.
 func (p Policy) Before(d *Delivery, now time.Time) (Decision, bool) {
-	if p.MaxAttempts <= 0 || d.Attempt <= p.MaxAttempts {
+	if !p.pastCap(d) {
 		return Decision{}, false
 	}
 	reason := fmt.Sprintf("attempt %d exceeds max_attempts %d", d.Attempt, p.MaxAttempts)
 	return p.deadLetter(d, reason, now), true
 }
+
+// pastCap reports whether d's attempt is past the cap (Before decides it): the check alone, for
+// a caller that would otherwise copy the policy and a zero Decision per delivery to learn no.
+func (p *Policy) pastCap(d *Delivery) bool { return p.MaxAttempts > 0 && d.Attempt > p.MaxAttempts }
 
 // Decide settles a delivery whose handler returned o. cause is the handler's error, if any,
 // kept for the dead-letter reason.
