@@ -193,13 +193,20 @@ return ok
 // argument ('z' token: ZREM the lease; 'm' window ms: mark the claim done, whoever holds it by
 // now, the message succeeded; 'x' token: delete the claim if it is still the token's: a
 // retry or dead letter releases its key, a claim another process took over after an expiry
-// stays), then per claim key its token. Returns per key, in KEYS order, its error or: a
-// release 0; a claim -1 taken (or found its own: a round sent again), -2 done, 0 another
-// delivery runs it.
+// stays), then per claim key its token. Returns a string of one byte per key, in KEYS order,
+// then the errors of the keys whose byte is 'e', in order: a release's byte is 'o'; a claim's
+// 't' taken (or found its own: a round sent again), 'd' done, 'b' another delivery runs it.
+// One string rather than a number per key: a round's reply is read in one piece.
 var keysScript = redis.NewScript(`
 local lease, nrel = ARGV[1], tonumber(ARGV[2])
-local out = {}
-local function failed(r) return type(r) == 'table' and r.err end
+local codes, errs = {}, {}
+local function failed(r)
+  if type(r) == 'table' and r.err then
+    errs[#errs + 1] = r
+    return true
+  end
+  return false
+end
 for i = 1, nrel do
   local k, op, a = KEYS[i], ARGV[2 * i + 1], ARGV[2 * i + 2]
   local r
@@ -211,25 +218,28 @@ for i = 1, nrel do
     r = redis.pcall('GET', k)
     if r == 'run:' .. a then r = redis.pcall('DEL', k) end
   end
-  if failed(r) then out[i] = r else out[i] = 0 end
+  if failed(r) then codes[i] = 'e' else codes[i] = 'o' end
 end
 local base = nrel + 2
 for j = nrel + 1, #KEYS do
   local k, tok = KEYS[j], ARGV[base + j]
   local cur = redis.pcall('SET', k, 'run:' .. tok, 'NX', 'GET', 'PX', lease)
   if failed(cur) then
-    out[j] = cur
+    codes[j] = 'e'
   elseif not cur or cur == 'run:' .. tok then
-    out[j] = -1
+    codes[j] = 't'
   elseif cur == 'done' then
-    out[j] = -2
+    codes[j] = 'd'
   elseif string.sub(cur, 1, 4) ~= 'run:' then
     -- Not a claim or a mark (see admitScript).
-    out[j] = {err = 'WRONGTYPE ' .. k .. ' holds a value flowrun did not write'}
+    failed({err = 'WRONGTYPE ' .. k .. ' holds a value flowrun did not write'})
+    codes[j] = 'e'
   else
-    out[j] = 0
+    codes[j] = 'b'
   end
 end
+local out = {table.concat(codes)}
+for _, e in ipairs(errs) do out[#out + 1] = e end
 return out
 `)
 
@@ -439,21 +449,37 @@ func (s *Store) keysVerdicts(r *engine.FlowRound, k keysCall, verdict []int64,
 		return nil
 	}
 	vs, err := k.cmd.Slice()
-	if err != nil || len(vs) != len(k.keys) {
-		return fmt.Errorf("redisflow: round on %s: %d answers for %d keys: %v", s.prefix, len(vs), len(k.keys), err)
+	var codes string
+	if err == nil && len(vs) > 0 {
+		codes, _ = vs[0].(string)
 	}
-	for j, v := range vs {
-		switch v := v.(type) {
-		case error:
-			if err := fault(faults(j), k.index[j], command(j), k.keys[j], v); err != nil {
+	if err != nil || len(codes) != len(k.keys) {
+		return fmt.Errorf("redisflow: round on %s: answers %q for %d keys: %v", s.prefix, codes, len(k.keys), err)
+	}
+	errs := vs[1:]
+	for j := range len(codes) {
+		switch codes[j] {
+		case 'o':
+		case 't':
+			verdict[k.index[j]] = -1
+		case 'd':
+			verdict[k.index[j]] = -2
+		case 'b':
+			verdict[k.index[j]] = 0 // another delivery runs it; poll
+		case 'e':
+			var e error
+			if len(errs) > 0 {
+				e, _ = errs[0].(error)
+				errs = errs[1:]
+			}
+			if e == nil {
+				return fmt.Errorf("redisflow: round on %s: no error for key %s", s.prefix, k.keys[j])
+			}
+			if err := fault(faults(j), k.index[j], command(j), k.keys[j], e); err != nil {
 				return err
 			}
-		case int64:
-			if j >= k.nrel {
-				verdict[k.index[j]] = v
-			}
 		default:
-			return fmt.Errorf("redisflow: round on %s: answer %v for key %s", s.prefix, v, k.keys[j])
+			return fmt.Errorf("redisflow: round on %s: answer %q for key %s", s.prefix, codes[j], k.keys[j])
 		}
 	}
 	return nil
