@@ -60,8 +60,9 @@ func Prefix(pipeline string) string { return "flowrun:{" + pipeline + "}:" }
 // throttle key's) and period ms (a throttle key's; 0 where unused); then the admissions'
 // fields. A key's numbers go once a round for its whole group (a pipeline's keys of one kind
 // share them), and an admission sends only the fields its round uses: a throttle alone, one
-// index. Returns per admission -1 admitted, -2
-// duplicate, or the ms after which trying again may succeed (0: unknown).
+// index. Returns a string of one byte per admission, 'a' admitted, 'd' duplicate, 'w' wait,
+// then per wait, in order, the ms after which trying again may succeed (0: unknown): the reply
+// is read in one piece, no verdict boxed.
 var admitScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -146,14 +147,24 @@ local function ix(i, f)
   if not at[f] then return 0 end
   return tonumber(ARGV[i + at[f]])
 end
-local out = {}
+local codes, waits = {}, {}
 for i = a, #ARGV, #fields do
   local tok = at.k and ARGV[i + at.k] or ''
   local d, c, th = ix(i, 'd'), ix(i, 'c'), ix(i, 't')
-  out[#out + 1] = admit(tok, d > 0 and KEYS[d] or nil, c > 0 and KEYS[c] or nil, lim[c],
+  local v = admit(tok, d > 0 and KEYS[d] or nil, c > 0 and KEYS[c] or nil, lim[c],
     th > 0 and KEYS[th] or nil, lim[th], per[th])
+  if v == -1 then
+    codes[#codes + 1] = 'a'
+  elseif v == -2 then
+    codes[#codes + 1] = 'd'
+  else
+    codes[#codes + 1] = 'w'
+    waits[#waits + 1] = v
+  end
 end
 for k, ttl in pairs(expire) do redis.call('PEXPIRE', k, ttl) end
+local out = {table.concat(codes)}
+for _, w in ipairs(waits) do out[#out + 1] = w end
 return out
 `)
 
@@ -530,7 +541,7 @@ func (s *Store) admit(ctx context.Context, p redis.Pipeliner, lease int64, admit
 	var groups []nums
 	var members [][]string
 	group := map[nums]int32{}
-	index := map[string]place{}
+	index := make(map[string]place, len(which)) // room for a key per admission: not grown a doubling at a time
 	put := func(k string, limit int, period time.Duration) place {
 		if k == "" {
 			return place{}
@@ -640,14 +651,7 @@ func (n *keyNames) strings() []string {
 func (s *Store) verdicts(ctx context.Context, r *engine.FlowRound, lease int64, script *redis.Cmd, scripted []int, verdict []int64) error {
 	err := script.Err()
 	if err == nil {
-		vs, err := script.Int64Slice()
-		if err != nil || len(vs) != len(scripted) {
-			return fmt.Errorf("redisflow: admit on %s: %d verdicts for %d admissions: %v", s.prefix, len(vs), len(scripted), err)
-		}
-		for j, i := range scripted {
-			verdict[i] = vs[j]
-		}
-		return nil
+		return s.readAdmits(script, scripted, verdict)
 	}
 	if f := redisconn.Fault(0, "evalsha", "", err); !f.Permanent {
 		return fmt.Errorf("redisflow: admit on %s: %w", s.prefix, f)
@@ -676,11 +680,41 @@ func (s *Store) verdicts(ctx context.Context, r *engine.FlowRound, lease int64, 
 			r.AdmitFaults = append(r.AdmitFaults, f)
 			continue
 		}
-		vs, err := c.Int64Slice()
-		if err != nil || len(vs) != 1 {
-			return fmt.Errorf("redisflow: admit on %s: %d verdicts for 1 admission: %v", s.prefix, len(vs), err)
+		if err := s.readAdmits(c, scripted[j:j+1], verdict); err != nil {
+			return err
 		}
-		verdict[i] = vs[0]
+	}
+	return nil
+}
+
+// readAdmits reads admitScript's answer for the admissions which into verdict: -1 admitted,
+// -2 duplicate, else the wait's ms.
+func (s *Store) readAdmits(c *redis.Cmd, which []int, verdict []int64) error {
+	vs, err := c.Slice()
+	var codes string
+	if err == nil && len(vs) > 0 {
+		codes, _ = vs[0].(string)
+	}
+	if err != nil || len(codes) != len(which) {
+		return fmt.Errorf("redisflow: admit on %s: verdicts %q for %d admissions: %v", s.prefix, codes, len(which), err)
+	}
+	waits := vs[1:]
+	for j, i := range which {
+		switch codes[j] {
+		case 'a':
+			verdict[i] = -1
+		case 'd':
+			verdict[i] = -2
+		case 'w':
+			var ms int64
+			if len(waits) > 0 {
+				ms, _ = waits[0].(int64)
+				waits = waits[1:]
+			}
+			verdict[i] = max(ms, 0)
+		default:
+			return fmt.Errorf("redisflow: admit on %s: verdict %q", s.prefix, codes[j])
+		}
 	}
 	return nil
 }
