@@ -18,11 +18,20 @@ func (q roundReq) empty() bool { return len(q.r.Releases)+len(q.r.Renews)+len(q.
 // request builds a round: the pending releases (at most flowMaxRound), every running lease when
 // renewals are due, and, when admit, the admissions chooseAdmits picks.
 func (s *flowState) request(now time.Time, admit bool) roundReq {
-	q := roundReq{r: &FlowRound{Lease: s.lease}, rel: s.releases}
+	// One round is out at a time, and its answer is applied before the next is built: each
+	// reuses the last one's room rather than allocating a few hundred entries' worth anew.
+	r := s.spare
+	if r == nil {
+		r = new(FlowRound)
+		s.spare = r
+	}
+	*r = FlowRound{Lease: s.lease, Releases: r.Releases[:0], Renews: r.Renews[:0], Admits: r.Admits[:0],
+		Verdicts: r.Verdicts[:0], Lost: r.Lost[:0], ReleaseFaults: r.ReleaseFaults[:0],
+		RenewFaults: r.RenewFaults[:0], AdmitFaults: r.AdmitFaults[:0]}
+	q := roundReq{r: r, rel: s.releases}
 	if len(q.rel) > flowMaxRound {
 		q.rel = q.rel[:flowMaxRound]
 	}
-	q.r.Releases = make([]FlowRelease, 0, len(q.rel))
 	for _, fd := range q.rel {
 		x := FlowRelease{FlowLease: s.running[fd.d].lease}
 		if s.f.Dedupe != nil && !fd.returned && fd.dec.Label.acked() {
@@ -32,7 +41,6 @@ func (s *flowState) request(now time.Time, admit bool) roundReq {
 	}
 	if s.renewDue(now) {
 		q.renewing = make([]*Delivery, 0, len(s.running))
-		q.r.Renews = make([]FlowLease, 0, len(s.running))
 		for d, t := range s.running {
 			q.renewing = append(q.renewing, d)
 			q.r.Renews = append(q.r.Renews, t.lease)
@@ -40,7 +48,7 @@ func (s *flowState) request(now time.Time, admit bool) roundReq {
 	}
 	if admit && s.admitMax() > 0 {
 		q.r.Max = s.admitMax()
-		q.r.Admits = chooseAdmits(s.parked, q.r.Releases, s.localConc, s.localDedupe, q.r.Max)
+		q.r.Admits = chooseAdmitsInto(q.r.Admits, s.parked, q.r.Releases, s.localConc, s.localDedupe, q.r.Max)
 		q.asked = len(q.r.Admits)
 	}
 	return q
@@ -54,6 +62,11 @@ func (s *flowState) request(now time.Time, admit bool) roundReq {
 // (grant), so that a key busy in another process does not hold back the rest, without making
 // Redis read hundreds of candidates to grant a few.
 func chooseAdmits(parked []*flowWait, rel []FlowRelease, heldConc map[string]int, heldDedupe map[string]bool, grant int) []FlowAdmit {
+	return chooseAdmitsInto(nil, parked, rel, heldConc, heldDedupe, grant)
+}
+
+// chooseAdmitsInto is chooseAdmits appending to admits (empty, with room to reuse).
+func chooseAdmitsInto(admits []FlowAdmit, parked []*flowWait, rel []FlowRelease, heldConc map[string]int, heldDedupe map[string]bool, grant int) []FlowAdmit {
 	// The keys rel releases, counted the first time a candidate needs a key held here: most
 	// rounds need none (a key is held here only while its delivery runs), and a round releases
 	// hundreds.
@@ -80,8 +93,7 @@ func chooseAdmits(parked []*flowWait, rel []FlowRelease, heldConc map[string]int
 	var blocked map[string]bool
 	var askConc map[string]int
 	var askDedupe map[string]bool
-	var admits []FlowAdmit
-	if len(parked) > 0 && parked[0].admit.Conc == "" {
+	if len(parked) > 0 && parked[0].admit.Conc == "" && cap(admits) < min(limit, len(parked)) {
 		// Without a concurrency key nearly every candidate is sent (a pipeline's deliveries
 		// all ask for the same blocks): room for them at once, not grown a doubling at a time.
 		admits = make([]FlowAdmit, 0, min(limit, len(parked)))

@@ -29,7 +29,8 @@ type flowState struct {
 	localConc   map[string]int
 	localDedupe map[string]bool
 	releases    []flowDone
-	slots       int // admissions that may be granted now (newFlowState) minus those not yet finished
+	spare       *FlowRound // the last round, whose room the next reuses (request)
+	slots       int        // admissions that may be granted now (newFlowState) minus those not yet finished
 	poll        time.Duration
 	renewAt     time.Time
 	// A throttled gate sends no admission round before admitAt unless every handler is free
