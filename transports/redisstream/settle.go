@@ -215,7 +215,7 @@ func (s *Source) writeLocal(ctx context.Context, p settlePlan, fail faultFunc) [
 				fail(i, "xack", s.o.Stream, aerr)
 			}
 		} else {
-			done = append(done, p.ackIdx...)
+			done = p.ackIdx // the plan is not read again: its indexes are taken, not copied
 		}
 	}
 	if script != nil {
