@@ -101,14 +101,22 @@ func chooseAdmitsInto(admits []FlowAdmit, parked []*flowWait, rel []FlowRelease,
 	for _, w := range parked {
 		w.ask = -1
 		a := &w.admit
-		if len(admits) >= limit || blocked != nil && (blocked[a.Conc] || blocked[a.Dedupe] || blocked[a.Throttle]) {
+		// Each map is asked once a key, and only for the keys a candidate has: a round walks
+		// hundreds of candidates.
+		if len(admits) >= limit || blocked != nil && (a.Conc != "" && blocked[a.Conc] ||
+			a.Dedupe != "" && blocked[a.Dedupe] || a.Throttle != "" && blocked[a.Throttle]) {
 			continue
 		}
-		if a.Conc != "" && heldConc[a.Conc] > 0 || a.Dedupe != "" && heldDedupe[a.Dedupe] {
+		held := 0
+		if a.Conc != "" {
+			held = heldConc[a.Conc]
+		}
+		heldD := a.Dedupe != "" && heldDedupe[a.Dedupe]
+		if held > 0 || heldD {
 			released()
 		}
-		if a.Conc != "" && heldConc[a.Conc]-relConc[a.Conc]+askConc[a.Conc] >= a.ConcLimit ||
-			a.Dedupe != "" && (askDedupe[a.Dedupe] || heldDedupe[a.Dedupe] && !relDedupe[a.Dedupe]) {
+		if a.Conc != "" && held-relConc[a.Conc]+askConc[a.Conc] >= a.ConcLimit ||
+			a.Dedupe != "" && (askDedupe[a.Dedupe] || heldD && !relDedupe[a.Dedupe]) {
 			if blocked == nil {
 				blocked = make(map[string]bool)
 			}
