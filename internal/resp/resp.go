@@ -32,7 +32,14 @@ func (e Error) Error() string { return string(e) }
 func (Error) RedisError() {}
 
 // Reader reads replies from a buffered stream.
-type Reader struct{ br *bufio.Reader }
+type Reader struct {
+	br *bufio.Reader
+	// view is what br had buffered when quick last looked, of which the first used bytes are
+	// read already but not yet discarded from br: the elements read the quick way cost no
+	// call into bufio each. Whatever reads br itself calls sync first.
+	view []byte
+	used int
+}
 
 // NewReader reads from rd through a buffer of size bytes: the longest line it reads, and the
 // longest bulk string it returns without a copy of its own.
@@ -55,8 +62,17 @@ func AppendCommand(b []byte, args ...string) []byte {
 	return b
 }
 
+// sync discards from br what quick has read, before br is read itself.
+func (r *Reader) sync() {
+	if r.used > 0 {
+		r.br.Discard(r.used)
+	}
+	r.view, r.used = nil, 0
+}
+
 // line reads one reply line without its CRLF; the slice is valid until the next read.
 func (r *Reader) line() ([]byte, error) {
+	r.sync()
 	l, err := r.br.ReadSlice('\n')
 	if err != nil {
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -74,7 +90,7 @@ func (r *Reader) line() ([]byte, error) {
 // reply is returned as an Error.
 func (r *Reader) header(kind byte) (int, error) {
 	if n, h, _ := r.quick(kind); h > 0 {
-		r.br.Discard(h)
+		r.used += h
 		return n, nil
 	}
 	l, err := r.line()
@@ -106,11 +122,17 @@ const quickMost = 9
 
 // quick reads, without consuming it, a header line of kind already in the buffer whose number is
 // plain digits (no sign, at most quickMost), as header would read it: the number, the line's
-// length with its CRLF, and the buffered bytes it starts. h is 0 for anything else (a null, an error reply, a line not yet
-// buffered, a malformed one), which header then reads the long way, with its errors. Each
-// reply's elements start with such a line: this skips ReadSlice's search and strconv's call.
+// length with its CRLF, and the buffered bytes it starts. h is 0 for anything else (a null, an
+// error reply, a line not yet buffered, a malformed one), which header then reads the long way,
+// with its errors. Each reply's elements start with such a line: this skips ReadSlice's search,
+// strconv's call and, while the view lasts, bufio's Peek and Discard.
 func (r *Reader) quick(kind byte) (n, h int, b []byte) {
-	b, _ = r.br.Peek(r.br.Buffered()) // buffered bytes: never reads
+	if r.used+4 > len(r.view) {
+		// At the view's end, or none since br was read: look at what br holds now.
+		r.sync()
+		r.view, _ = r.br.Peek(r.br.Buffered()) // buffered bytes: never reads
+	}
+	b = r.view[r.used:]
 	if len(b) < 4 || b[0] != kind {
 		return 0, 0, nil
 	}
@@ -147,13 +169,14 @@ func (r *Reader) Int() (int64, error) {
 func (r *Reader) Bulk() ([]byte, error) {
 	if n, h, b := r.quick('$'); h > 0 && len(b) >= h+n+2 && b[h+n] == '\r' && b[h+n+1] == '\n' {
 		// Header and string both buffered (the usual case): one look at the buffer for both.
-		r.br.Discard(h + n + 2)
+		r.used += h + n + 2
 		return b[h : h+n], nil
 	}
 	n, err := r.bulkLen()
 	if err != nil || n+2 > r.br.Size() {
 		return r.readFull(n, err)
 	}
+	r.sync()
 	b, err := r.br.Peek(n + 2)
 	if err == nil {
 		err = ended(b, n)
@@ -195,6 +218,7 @@ func (r *Reader) readFull(n int, err error) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.sync()
 	if n > 1<<20 {
 		// Grown as the bytes come, so that a length no string has does not allocate it.
 		var buf bytes.Buffer
