@@ -243,3 +243,9 @@ func TestMain(m *testing.M) {
 	os.Exit(redistest.Main(m)) // one redis-server shared by the tests that need no server of their own
 
 }
+
+// tokenIs reports whether d's settle token is a *string holding id, as reads set it.
+func tokenIs(d *engine.Delivery, id string) bool {
+	p, ok := d.Token.(*string)
+	return ok && p != nil && *p == id
+}

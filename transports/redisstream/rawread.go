@@ -281,6 +281,7 @@ func (r *rawRead) pendingReply() ([]redis.XPendingExt, error) {
 // gone is left out and its id returned in gone.
 func (r *rawRead) entries(s *Source, n int) ([]*engine.Delivery, []string, error) {
 	all := make([]engine.Delivery, n)
+	toks := make(tokens, n)
 	ds := make([]*engine.Delivery, 0, n)
 	var gone []string
 	extra := s.headerRoom()
@@ -301,7 +302,8 @@ func (r *rawRead) entries(s *Source, n int) ([]*engine.Delivery, []string, error
 			continue
 		}
 		d := &all[i]
-		d.Key, d.ID, d.Token = s.o.Stream, id, id
+		d.Key, d.ID = s.o.Stream, id
+		toks.set(d, i)
 		for range pairs {
 			k, err := r.rd.Bulk()
 			if err != nil {

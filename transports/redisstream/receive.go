@@ -472,12 +472,14 @@ func (s *Source) deliveries(msgs []redis.XMessage) []*engine.Delivery {
 		return nil
 	}
 	block := make([]engine.Delivery, len(msgs))
+	toks := make(tokens, len(msgs))
 	ds := make([]*engine.Delivery, len(msgs))
 	extra := s.headerRoom()
 	var none sharedNone
 	for i, m := range msgs {
 		d := &block[i]
-		d.Key, d.ID, d.Token = s.o.Stream, m.ID, m.ID
+		d.Key, d.ID = s.o.Stream, m.ID
+		toks.set(d, i)
 		codec.DecodeStreamRoom(&d.Message, m.Values, extra)
 		none.fill(&d.Message)
 		ds[i] = d // the stream kind's attempt is the engine's to number (Capabilities.Number)

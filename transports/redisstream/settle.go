@@ -86,10 +86,17 @@ func (p *settlePlan) ack(id any, i int) {
 }
 
 // tokenArg is tokenID(d) as a command argument, boxed once: the Token itself where it holds
-// the id.
+// the id (go-redis writes a *string as the string).
 func tokenArg(d *engine.Delivery) any {
-	if id, ok := d.Token.(string); ok && id != "" {
-		return d.Token
+	switch t := d.Token.(type) {
+	case *string:
+		if t != nil && *t != "" {
+			return d.Token
+		}
+	case string:
+		if t != "" {
+			return d.Token
+		}
 	}
 	return d.ID
 }

@@ -146,11 +146,30 @@ func watchDials(c redis.UniversalClient) *dialCounter {
 	return &dialCounter{n: brokenCount{redisconn.Watch(c)}}
 }
 
+// tokenID is the entry id d settles: its Token, which a read sets to a *string of the id (a
+// pointer boxes with no allocation, where a string took one per entry; reads allocate a
+// reply's ids together, see tokens), or a string id; else its ID.
 func tokenID(d *engine.Delivery) string {
-	if id, ok := d.Token.(string); ok && id != "" {
-		return id
+	switch t := d.Token.(type) {
+	case *string:
+		if t != nil && *t != "" {
+			return *t
+		}
+	case string:
+		if t != "" {
+			return t
+		}
 	}
 	return d.ID
+}
+
+// tokens is a read's settle tokens: one id each, allocated together, for Delivery.Token.
+type tokens []string
+
+// set makes d's Token the i-th of ts, holding d's id.
+func (ts tokens) set(d *engine.Delivery, i int) {
+	ts[i] = d.ID
+	d.Token = &ts[i]
 }
 
 func isNil(err error) bool { return errors.Is(err, redis.Nil) }

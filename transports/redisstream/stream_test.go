@@ -33,7 +33,7 @@ func TestMessageMapping(t *testing.T) {
 	}
 	for i, tt := range tests {
 		d := ds[i]
-		if d.Key != "orders" || d.ID != tt.id || d.Token != tt.id || string(d.Payload) != tt.payload ||
+		if d.Key != "orders" || d.ID != tt.id || !tokenIs(d, tt.id) || string(d.Payload) != tt.payload ||
 			!maps.Equal(d.Headers, tt.headers) || d.Attempt != tt.attempt {
 			t.Errorf("delivery %d = key %q id %q token %v payload %q headers %v attempt %d",
 				i, d.Key, d.ID, d.Token, d.Payload, d.Headers, d.Attempt)
