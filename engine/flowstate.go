@@ -390,5 +390,7 @@ func (s *flowState) unhold(l FlowLease) {
 			delete(s.localConc, l.Conc)
 		}
 	}
-	delete(s.localDedupe, l.Dedupe)
+	if l.Dedupe != "" { // a delete hashes its key even in an empty map
+		delete(s.localDedupe, l.Dedupe)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -540,8 +541,8 @@ func (s *Store) admit(ctx context.Context, p redis.Pipeliner, lease int64, admit
 	type place struct{ group, at int32 } // at+1; 0: no key
 	var groups []nums
 	var members [][]string
-	group := map[nums]int32{}
 	index := make(map[string]place, len(which)) // room for a key per admission: not grown a doubling at a time
+	size := 0                                   // the names' bytes, prefixes aside
 	put := func(k string, limit int, period time.Duration) place {
 		if k == "" {
 			return place{}
@@ -549,14 +550,16 @@ func (s *Store) admit(ctx context.Context, p redis.Pipeliner, lease int64, admit
 		if pl, ok := index[k]; ok {
 			return pl
 		}
+		// A round has a group or three (a pipeline's keys of one kind share their numbers):
+		// a look along them, not a map.
 		n := nums{int64(limit), ms(period)}
-		g, ok := group[n]
-		if !ok {
+		g := int32(slices.Index(groups, n))
+		if g < 0 {
 			g = int32(len(groups))
-			group[n] = g
-			groups, members = append(groups, n), append(members, nil)
+			groups, members = append(groups, n), append(members, make([]string, 0, len(which)))
 		}
 		members[g] = append(members[g], k)
+		size += len(k)
 		pl := place{g, int32(len(members[g]))}
 		index[k] = pl
 		return pl
@@ -566,7 +569,7 @@ func (s *Store) admit(ctx context.Context, p redis.Pipeliner, lease int64, admit
 		a := &admits[i]
 		places = append(places, put(a.Dedupe, 0, 0), put(a.Conc, a.ConcLimit, 0), put(a.Throttle, a.ThrottleLimit, a.Period))
 	}
-	var names keyNames
+	names := keyNames{buf: make([]byte, 0, size+len(index)*len(s.prefix)), ends: make([]int, 0, len(index))}
 	offset := make([]int, len(groups))
 	args := make([]any, 0, 3+3*len(groups)+len(fields)*len(which))
 	args = append(args, lease, string(fields), len(groups))
