@@ -113,8 +113,8 @@ func TestHandlerSecondsBucketsFitRules(t *testing.T) {
 		prev = c
 		if first < 0 {
 			first = in
-			if m[1] != "5e-06" {
-				t.Errorf("the first bucket is le=%s, want 5e-06 (5 µs)", m[1])
+			if m[1] != "1e-06" {
+				t.Errorf("the first bucket is le=%s, want 1e-06 (1 µs)", m[1])
 			}
 		}
 		if in > 0 {
