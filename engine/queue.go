@@ -40,7 +40,10 @@ type Queue struct {
 	items   []*Delivery
 	head    int
 	waiting int // workers waiting on ready
-	closed  bool
+	// waking counts the workers signalled on ready that have not yet run (under flow
+	// control, see wakeLocked).
+	waking int
+	closed bool
 	// want is the room a waiting RoomFor asks for (0: none waits), so take wakes it just then.
 	want int
 	// held counts the deliveries parked by flow, waiting for their admission: they count
@@ -191,8 +194,32 @@ func (q *Queue) admitLocked(ds []*Delivery) (woke bool) {
 		q.items, q.head = q.items[:0], 0
 	}
 	q.items = append(q.items, ds...)
+	if q.flow != nil {
+		return q.wakeLocked(flowWakeMax)
+	}
 	n := min(len(ds), q.waiting)
 	for range n {
+		q.ready.Signal()
+	}
+	return n > 0
+}
+
+// flowWakeMax is how many waiting workers an admission wakes at once under flow control; each
+// worker woken wakes one more while deliveries are left for it (Take).
+const flowWakeMax = 2
+
+// wakeLocked wakes up to n waiting workers, no more than the queued deliveries need beyond the
+// workers woken already; woke reports whether it woke one. Under flow control a round admits
+// a hundred deliveries or so while every worker waits, and a wake per delivery, to a 64th of
+// the round each, had each worker woken and parked again on every round: the wakes go on from
+// worker to worker instead, as far as deliveries are left, so fast handlers are taken by the
+// few workers the CPUs run and slow ones still reach every worker, a wake at a time. Only a
+// worker that was woken passes a wake on: one coming back from a handler takes the next
+// delivery itself.
+func (q *Queue) wakeLocked(n int) (woke bool) {
+	n = min(n, q.len()-q.waking, q.waiting-q.waking)
+	for range n {
+		q.waking++
 		q.ready.Signal()
 	}
 	return n > 0
@@ -203,6 +230,7 @@ func (q *Queue) admitLocked(ds []*Delivery) (woke bool) {
 func (q *Queue) Take() (*Delivery, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	waited := false
 	for {
 		for q.len() == 0 {
 			if q.closed && q.flow == nil || q.flow != nil && q.flow.workersDoneLocked() {
@@ -211,6 +239,9 @@ func (q *Queue) Take() (*Delivery, bool) {
 			q.waiting++
 			q.ready.Wait()
 			q.waiting--
+			// Woken by a signal or a broadcast: either way this worker has run.
+			q.waking = max(q.waking-1, 0)
+			waited = true
 		}
 		d := q.items[q.head]
 		q.items[q.head] = nil
@@ -218,8 +249,13 @@ func (q *Queue) Take() (*Delivery, bool) {
 		if q.head == len(q.items) {
 			q.items, q.head = q.items[:0], 0
 		}
-		if q.flow != nil && q.flow.lateLocked(d) {
-			continue
+		if q.flow != nil {
+			if q.flow.lateLocked(d) {
+				continue
+			}
+			if waited {
+				q.wakeLocked(1) // the next worker, while deliveries are left for it
+			}
 		}
 		// Wake a waiting source only where its wait can end: Push waits for one free place,
 		// RoomFor for what it asked.
