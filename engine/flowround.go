@@ -263,7 +263,7 @@ func (s *flowState) admitted(w *flowWait, now time.Time) {
 			t.by = now.Add(s.slack)
 		}
 	}
-	if s.renewAt.IsZero() {
+	if s.renewAt.IsZero() && s.holds() {
 		s.renewAt = now.Add(s.lease / 3)
 	}
 	s.slots--

@@ -231,9 +231,19 @@ func (s *flowState) finished(fd flowDone, now time.Time, asking bool) (pass bool
 	if next = s.handoff(fd, now, asking); next != nil {
 		return pass, next
 	}
+	if !s.holds() {
+		// A throttle alone holds nothing a store would let go (its start stays counted): the
+		// delivery is done with here, rather than walked through a round's releases.
+		delete(s.running, fd.d)
+		return pass, nil
+	}
 	s.releases = append(s.releases, fd)
 	return pass, nil
 }
+
+// holds reports whether an admitted delivery holds anything in the store (a concurrency lease,
+// a dedupe claim) that is renewed while it runs and released when it finishes.
+func (s *flowState) holds() bool { return s.f.Concurrency != nil || s.f.Dedupe != nil }
 
 // late notes an admitted delivery a worker took after its start deadline: it keeps its leases
 // and claim, and its start is asked for again, first in line. No more extra admissions until
