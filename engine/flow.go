@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -273,11 +272,11 @@ func (g *flowGate) prepare(ds []*Delivery) []*flowWait {
 			dec, _ = pol.Before(d, now)
 		} else {
 			var a FlowAdmit
-			token := ""
+			prefix, seq := "", uint64(0)
 			if tokens {
-				token = g.token()
+				prefix, seq = g.prefix, g.seq.Add(1)
 			}
-			if a, err = flowAdmit(g.st.f, g.st.slack, token, d); err == nil {
+			if a, err = flowAdmitSeq(g.st.f, g.st.slack, prefix, seq, tokens, d); err == nil {
 				ws = append(ws, &flowWait{d: d, admit: a, ask: -1})
 				continue
 			}
@@ -292,13 +291,6 @@ func (g *flowGate) prepare(ds []*Delivery) []*flowWait {
 	}
 	g.q.Unhold(decided)
 	return ws
-}
-
-// token is a new admission's token: the gate's random prefix and a sequence number, built in
-// one allocation.
-func (g *flowGate) token() string {
-	var b [32]byte
-	return string(strconv.AppendUint(append(b[:0], g.prefix...), g.seq.Add(1), 36))
 }
 
 // loop sends the rounds until every worker has returned, then the last releases (drain).

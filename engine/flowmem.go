@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 )
@@ -87,7 +88,9 @@ func (m *MemFlowStore) release(rel FlowRelease, now time.Time) {
 		}
 	}
 	if c, ok := m.claims[rel.Dedupe]; rel.Dedupe != "" && rel.Window > 0 {
-		m.claims[rel.Dedupe] = memClaim{expires: now.Add(rel.Window)}
+		// Kept for the window: a key of its own, not a slice of the admission's keys and token
+		// (flowAdmitSeq). The assignment replaces the map's key with it.
+		m.claims[strings.Clone(rel.Dedupe)] = memClaim{expires: now.Add(rel.Window)}
 	} else if rel.Dedupe != "" && ok && c.token == rel.Token && c.expires.After(now) {
 		delete(m.claims, rel.Dedupe)
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/flowrun/flowrun/internal/backoff"
@@ -174,23 +175,62 @@ func newFlowState(f *Flow, policy *Policy, conc, queued int) *flowState {
 	}
 }
 
-// flowAdmit computes a delivery's flow keys: what its admission asks for. A key expression
-// that fails is an error (the delivery counts as retry, SPEC §13).
+// flowAdmit computes a delivery's flow keys: what its admission asks for, with token. A key
+// expression that fails is an error (the delivery counts as retry, SPEC §13).
 func flowAdmit(f *Flow, slack time.Duration, token string, d *Delivery) (FlowAdmit, error) {
-	a := FlowAdmit{Token: token}
+	return flowAdmitSeq(f, slack, token, 0, false, d)
+}
+
+// flowAdmitSeq is flowAdmit with the token prefix followed, when numbered, by seq in base 36.
+// The dedupe and concurrency keys and the token are built in one string, each a slice of it:
+// one allocation per admission where a concatenation per key and the token each took one (they
+// live exactly as long as each other; a store that keeps a key longer clones it).
+func flowAdmitSeq(f *Flow, slack time.Duration, prefix string, seq uint64, numbered bool, d *Delivery) (FlowAdmit, error) {
+	var a FlowAdmit
+	var kd, kc string
+	var err error
 	if c := f.Dedupe; c != nil {
-		k, err := c.Key.FlowKey(d)
-		if err != nil {
+		if kd, err = c.Key.FlowKey(d); err != nil {
 			return a, fmt.Errorf("dedupe key: %w", err)
 		}
-		a.Dedupe = "d:" + k
 	}
 	if c := f.Concurrency; c != nil {
-		k, err := c.Key.FlowKey(d)
-		if err != nil {
+		if kc, err = c.Key.FlowKey(d); err != nil {
 			return a, fmt.Errorf("concurrency_key key: %w", err)
 		}
-		a.Conc, a.ConcLimit = "c:"+k, c.Limit
+		a.ConcLimit = c.Limit
+	}
+	if f.Dedupe == nil && f.Concurrency == nil || !numbered && prefix == "" {
+		// Nothing to build together: at most one key, or no token.
+		a.Token = prefix
+		if numbered {
+			a.Token = string(strconv.AppendUint([]byte(prefix), seq, 36))
+		}
+		if f.Dedupe != nil {
+			a.Dedupe = "d:" + kd
+		}
+		if f.Concurrency != nil {
+			a.Conc = "c:" + kc
+		}
+	} else {
+		var buf [96]byte
+		b := buf[:0]
+		dEnd := 0
+		if f.Dedupe != nil {
+			b = append(append(b, "d:"...), kd...)
+			dEnd = len(b)
+		}
+		cEnd := dEnd
+		if f.Concurrency != nil {
+			b = append(append(b, "c:"...), kc...)
+			cEnd = len(b)
+		}
+		b = append(b, prefix...)
+		if numbered {
+			b = strconv.AppendUint(b, seq, 36)
+		}
+		all := string(b)
+		a.Dedupe, a.Conc, a.Token = all[:dEnd], all[dEnd:cEnd], all[cEnd:]
 	}
 	if c := f.Throttle; c != nil {
 		a.Throttle, a.ThrottleLimit, a.Period = "t", c.Limit, c.Period+slack
