@@ -73,7 +73,7 @@ func New(client redis.UniversalClient, opts Options, log zerolog.Logger) (*Sourc
 		log:     log.With().Str("key", opts.Stream).Logger(),
 		secrets: redisconn.SecretsOf(client),
 		durable: opts.DelayedRetry == DelayDurableZSet,
-		track:   newTracker(),
+		track:   newTracker(opts.Batch),
 	}
 	if s.durable && !redisconn.SameSlot(client, opts.Stream, opts.DelayKey) {
 		return nil, fmt.Errorf("redisstream: stream %q and delay_key %q hash to different cluster slots; "+

@@ -15,7 +15,7 @@ import (
 
 func TestTracker(t *testing.T) {
 	now := time.Now()
-	tr := newTracker()
+	tr := newTracker(DefaultBatch)
 	addIDs(tr, "a", "b", "c", "d")
 	tr.hold("b", now.Add(time.Minute), now)  // held
 	tr.hold("c", now.Add(-time.Second), now) // hold already over: released
@@ -58,7 +58,7 @@ func TestTracker(t *testing.T) {
 // An in-flight id read less than fresh ago has nothing for the keep-alive to reset yet; a held
 // one is kept alive whatever its age.
 func TestTrackerLeavesYoungEntries(t *testing.T) {
-	tr := newTracker()
+	tr := newTracker(DefaultBatch)
 	addIDs(tr, "young", "held")
 	now := time.Now()
 	tr.hold("held", now.Add(time.Minute), now)
