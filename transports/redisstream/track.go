@@ -11,14 +11,17 @@ import (
 // pending re-read skips them, a claiming source does not claim them again, and claiming/reclaim
 // keep them from looking idle. An ActLeave'd id stays until its hold time.
 type tracker struct {
-	mu sync.Mutex
-	m  map[string]tracked
+	mu   sync.Mutex
+	m    map[string]tracked
+	base time.Time // the zero of the tracked times (clock), read with its monotonic clock
 }
 
+// tracked holds no pointer and no time.Time (24 bytes and a pointer each): the map, sized
+// generously (trackRoom), is then half as large, and what the collector scans of it is its keys.
 type tracked struct {
-	since time.Time // when it was read or claimed (zero once held): Redis's idle time started before
-	hold  time.Time // zero while a handler may have it; set by ActLeave
-	lost  bool      // keep-alive found another consumer owning it (logged once)
+	at   int64 // clock of when it was read or claimed (Redis's idle time started before); with held, of the hold's end
+	held bool  // set by ActLeave: no handler has it, it is kept alive until at
+	lost bool  // keep-alive found another consumer owning it (logged once)
 }
 
 // trackRoom is how many ids per entry of a read's batch the tracker's map has room for from
@@ -31,15 +34,18 @@ const trackRoom = 8
 
 // newTracker returns an empty tracker for a source reading batch entries at a time.
 func newTracker(batch int) *tracker {
-	return &tracker{m: make(map[string]tracked, trackRoom*max(batch, 1))}
+	return &tracker{m: make(map[string]tracked, trackRoom*max(batch, 1)), base: time.Now()}
 }
+
+// clock is tm as nanoseconds since the tracker's base.
+func (t *tracker) clock(tm time.Time) int64 { return int64(tm.Sub(t.base)) }
 
 // addDeliveries adds the ids of ds, with no list of them built first.
 func (t *tracker) addDeliveries(ds []*engine.Delivery) {
-	now := time.Now()
+	now := t.clock(time.Now())
 	t.mu.Lock()
 	for _, d := range ds {
-		t.m[d.ID] = tracked{since: now}
+		t.m[d.ID] = tracked{at: now}
 	}
 	t.mu.Unlock()
 }
@@ -47,12 +53,12 @@ func (t *tracker) addDeliveries(ds []*engine.Delivery) {
 // addUntracked adds the deliveries not tracked yet and returns them (in ds's array), under one
 // lock for a whole claim pass.
 func (t *tracker) addUntracked(ds []*engine.Delivery) []*engine.Delivery {
-	now := time.Now()
+	now := t.clock(time.Now())
 	out := ds[:0]
 	t.mu.Lock()
 	for _, d := range ds {
 		if _, ok := t.m[d.ID]; !ok {
-			t.m[d.ID] = tracked{since: now}
+			t.m[d.ID] = tracked{at: now}
 			out = append(out, d)
 		}
 	}
@@ -106,7 +112,7 @@ func (t *tracker) removeSettled(batch []engine.Settlement, done []int) {
 func (t *tracker) hold(id string, until, now time.Time) {
 	t.mu.Lock()
 	if until.After(now) {
-		t.m[id] = tracked{hold: until}
+		t.m[id] = tracked{at: t.clock(until), held: true}
 	} else {
 		delete(t.m, id)
 	}
@@ -138,16 +144,17 @@ func (t *tracker) alive(now time.Time, fresh time.Duration) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	ids := make([]string, 0, len(t.m))
+	n := t.clock(now)
 	for id, e := range t.m {
 		switch {
-		case !e.hold.IsZero() && !e.hold.After(now):
+		case e.held && e.at <= n:
 			// One last refresh at or after the hold's end: idle then counts from there, so the
 			// entry never comes back before its delay (SPEC §4).
 			delete(t.m, id)
 			if !e.lost {
 				ids = append(ids, id)
 			}
-		case !e.lost && (e.hold.IsZero() && now.Sub(e.since) < fresh):
+		case !e.lost && !e.held && n-e.at < int64(fresh):
 			// young: next time
 		case !e.lost:
 			ids = append(ids, id)
@@ -161,7 +168,7 @@ func (t *tracker) alive(now time.Time, fresh time.Duration) []string {
 func (t *tracker) gone(ids []string) {
 	t.mu.Lock()
 	for _, id := range ids {
-		if e, ok := t.m[id]; ok && !e.hold.IsZero() {
+		if e, ok := t.m[id]; ok && e.held {
 			delete(t.m, id)
 		}
 	}
@@ -178,7 +185,7 @@ func (t *tracker) lose(ids []string) []string {
 		e, ok := t.m[id]
 		switch {
 		case !ok:
-		case !e.hold.IsZero():
+		case e.held:
 			delete(t.m, id)
 		case !e.lost:
 			e.lost = true
