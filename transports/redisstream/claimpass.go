@@ -37,12 +37,31 @@ type claimPass struct {
 
 	ds      []*engine.Delivery // claimed, converted and tracked
 	deleted []string           // claimed ids whose entry data is gone (servers before Redis 7)
-	next    []redis.XPendingExt
+	next    []candidate
 	nextOK  bool
 	err     error // the XCLAIM failed: nothing was claimed
 }
 
 type pendingInfo struct{ count, idle int64 }
+
+// candidate is an idle entry an XPENDING listed: what a pass needs of redis.XPendingExt, whose
+// consumer name and 48 bytes were parsed and allocated for each of a takeover's entries.
+type candidate struct {
+	ID          string
+	count, idle int64 // deliveries so far, and milliseconds idle when listed
+}
+
+// candidates keeps what a pass needs of XPENDING's entries (through go-redis).
+func candidates(pend []redis.XPendingExt) []candidate {
+	if len(pend) == 0 {
+		return nil
+	}
+	out := make([]candidate, len(pend))
+	for i, p := range pend {
+		out[i] = candidate{p.ID, p.RetryCount, p.Idle.Milliseconds()}
+	}
+	return out
+}
 
 // claimAhead is the claiming kind's pass over idle entries of any consumer (SPEC §2): XPENDING
 // IDLE min_idle, then XCLAIM with min_idle, so when two workers race only one wins each id.
@@ -122,7 +141,7 @@ func (r *reader) listIdle(ctx context.Context, count int) error {
 		r.cands = nil
 		return fmt.Errorf("redisstream: xpending %s: %w", s.o.Stream, err)
 	}
-	r.cands, r.candsAt = pend, asked
+	r.cands, r.candsAt = candidates(pend), asked
 	return nil
 }
 
@@ -148,7 +167,7 @@ func (r *reader) newPass(count int) *claimPass {
 				continue
 			}
 			p.ids = append(p.ids, c.ID)
-			p.infos = append(p.infos, pendingInfo{c.RetryCount, c.Idle.Milliseconds()})
+			p.infos = append(p.infos, pendingInfo{c.count, c.idle})
 		}
 	})
 	r.cands = r.cands[used:]
@@ -257,8 +276,8 @@ func (r *reader) runPass(ctx context.Context, p *claimPass) {
 		return
 	}
 	if next != nil {
-		p.next, err = next.Result()
-		p.nextOK = err == nil
+		pend, err := next.Result()
+		p.next, p.nextOK = candidates(pend), err == nil
 	}
 	// The claimed entries are ours now and their delivery counts were raised: from here on
 	// they are tracked and handed over, whatever else fails. Redis 7 drops deleted entries

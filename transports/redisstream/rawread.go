@@ -42,6 +42,8 @@ type rawRead struct {
 	// replies, which Redis sends all the same: nothing more is written, and the failed pass
 	// closes the connection once those before it are read (readPass).
 	noWrites atomic.Bool
+	// claim holds the last XCLAIM's arguments, written here before the next is built (sendClaim).
+	claim []string
 	// most is the most entries the reply being read may hold (the COUNT asked for): a reply
 	// that claims more is not believed, and nothing is allocated for it.
 	most int
@@ -121,9 +123,9 @@ func (r *rawRead) sendClaim(ctx context.Context, s *Source, ids []string, listFr
 		return err
 	}
 	minIdle := strconv.FormatInt(s.o.MinIdle.Milliseconds(), 10)
-	claim := make([]string, 0, 5+len(ids))
-	claim = append(claim, "XCLAIM", s.o.Stream, s.o.Group, s.o.Consumer, minIdle)
+	claim := append(r.claim[:0], "XCLAIM", s.o.Stream, s.o.Group, s.o.Consumer, minIdle)
 	claim = append(claim, ids...)
+	r.claim = claim
 	cmds := [][]string{claim}
 	if listCount > 0 {
 		cmds = append(cmds, []string{"XPENDING", s.o.Stream, s.o.Group, "IDLE", minIdle,
@@ -140,7 +142,7 @@ func (r *rawRead) sendClaim(ctx context.Context, s *Source, ids []string, listFr
 // the ids among them whose data is gone, then, with listCount > 0, the entries listed (nil with
 // listErr set where that XPENDING failed). An XCLAIM that failed fails the pass; its XPENDING's
 // reply is read all the same, so the connection stays in step.
-func (r *rawRead) claimReplies(s *Source, count, listCount int) (ds []*engine.Delivery, gone []string, listed []redis.XPendingExt, listErr, err error) {
+func (r *rawRead) claimReplies(s *Source, count, listCount int) (ds []*engine.Delivery, gone []string, listed []candidate, listErr, err error) {
 	if r.broken.Load() {
 		return nil, nil, nil, net.ErrClosed, net.ErrClosed
 	}
@@ -157,7 +159,7 @@ func (r *rawRead) claimReplies(s *Source, count, listCount int) (ds []*engine.De
 		return ds, gone, nil, net.ErrClosed, err
 	}
 	r.most = listCount
-	listed, listErr = r.pendingReply()
+	listed, listErr = r.idleReply()
 	r.keepIf(listErr)
 	return ds, gone, listed, listErr, err
 }
@@ -273,6 +275,30 @@ func (r *rawRead) pendingReply() ([]redis.XPendingExt, error) {
 		if p.Idle, p.RetryCount, err = r.rd.PendingCounts(); err != nil {
 			return nil, err
 		}
+	}
+	return out, nil
+}
+
+// idleReply reads the reply of a claiming pass's XPENDING into candidates, as pendingReply does.
+func (r *rawRead) idleReply() ([]candidate, error) {
+	n, err := r.rd.PendingReply(r.most)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	out := make([]candidate, n)
+	var blk byteBlock // the ids, as entries does
+	for i := range out {
+		c := &out[i]
+		id, err := r.rd.PendingID()
+		if err != nil {
+			return nil, err
+		}
+		c.ID = blk.string(id) // before the next read reuses the buffer
+		idle, count, err := r.rd.PendingCounts()
+		if err != nil {
+			return nil, err
+		}
+		c.count, c.idle = count, idle.Milliseconds()
 	}
 	return out, nil
 }

@@ -151,7 +151,7 @@ type reader struct {
 
 	// claiming: the idle entries the last XCLAIM's round trip listed for the next pass, when
 	// that XPENDING was sent, and whether it found none.
-	cands    []redis.XPendingExt
+	cands    []candidate
 	candsAt  time.Time
 	noneIdle bool
 	// passes: claiming passes sent and not yet handed over, oldest first (claimAhead).
