@@ -101,7 +101,7 @@ func (s *settler) emit(decs []Decision) {
 		if bad {
 			s.refusedWrite(d, cause[i])
 		}
-		s.r.logDecisionAt(del, *d, d.Cause, bad)
+		s.r.logDecisionAt(del, d, d.Cause, bad)
 	}
 }
 

@@ -56,7 +56,7 @@ type flowGate struct {
 	q         *Queue
 	store     FlowStore
 	returner  Returner
-	decisions chan<- Decision
+	decisions *handoff
 	grace     context.Context
 	prefix    string
 	seq       atomic.Uint64
@@ -81,7 +81,7 @@ type flowGate struct {
 }
 
 // newFlowGate sets flow control up as q's admission step and starts its loop.
-func newFlowGate(r *runner, f *Flow, q *Queue, returner Returner, decisions chan<- Decision, stop, grace context.Context) *flowGate {
+func newFlowGate(r *runner, f *Flow, q *Queue, returner Returner, decisions *handoff, stop, grace context.Context) *flowGate {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	if f.Store == nil {
@@ -125,7 +125,14 @@ func (g *flowGate) kickLocked() {
 }
 
 // done hands a finished delivery's decision back (a worker, or an inline push).
-func (g *flowGate) done(d *Delivery, dec Decision) { g.finished(flowDone{d: d, dec: dec}) }
+func (g *flowGate) done(d *Delivery, dec *Decision) { g.finished(flowDone{d: d, dec: *dec}) }
+
+// doneAll hands a push's decisions back, each as done does.
+func (g *flowGate) doneAll(ds []*Delivery, decs []Decision) {
+	for i := range decs {
+		g.done(ds[i], &decs[i])
+	}
+}
 
 // returned notes an admitted delivery that was handed back to the source unrun.
 func (g *flowGate) returned(d *Delivery) { g.finished(flowDone{d: d, returned: true}) }
@@ -144,7 +151,7 @@ func (g *flowGate) finished(fd flowDone) {
 	g.kickLocked()
 	q.mu.Unlock()
 	if pass {
-		g.decisions <- fd.dec
+		g.decisions.put(&fd.dec)
 	}
 }
 
@@ -285,9 +292,9 @@ func (g *flowGate) prepare(ds []*Delivery) []*flowWait {
 			dec.Cause = err
 		}
 		g.r.tally.read.Add(1)
-		g.r.logDecision(d, dec, err)
+		g.r.logDecision(d, &dec, err)
 		decided++
-		g.decisions <- dec
+		g.decisions.put(&dec)
 	}
 	g.q.Unhold(decided)
 	return ws
@@ -435,20 +442,18 @@ func (g *flowGate) carry(a *flowActs) {
 	}
 	for _, x := range a.failed {
 		r.tally.read.Add(1)
-		r.logDecision(x.d, x.dec, x.err)
+		r.logDecision(x.d, &x.dec, x.err)
 	}
 	for _, d := range a.dups {
 		r.tally.read.Add(1)
 		dec := Decision{Settlement: Settlement{Delivery: d, Action: ActAck}, Label: OutcomeDuplicate}
-		r.logDecision(d, dec, nil)
-		g.decisions <- dec
+		r.logDecision(d, &dec, nil)
+		g.decisions.put(&dec)
 	}
-	for _, dec := range a.unsettled {
-		r.leaveUnsettled(dec)
+	for i := range a.unsettled {
+		r.leaveUnsettled(&a.unsettled[i])
 	}
-	for _, dec := range a.pass {
-		g.decisions <- dec
-	}
+	g.decisions.putAll(a.pass)
 }
 
 // returnParkedLocked hands every waiting delivery back to the source (at a stop).
@@ -517,9 +522,9 @@ func (g *flowGate) flush(pass, unsettled []flowDone) {
 	for _, fd := range unsettled {
 		g.r.log.Error().Str(FieldKey, fd.d.Key).Str(FieldID, fd.d.ID).
 			Msg("flow control: dedupe key not marked done by the end of the grace period: delivery left unsettled, it comes back by its source's rules")
-		g.r.leaveUnsettled(fd.dec)
+		g.r.leaveUnsettled(&fd.dec)
 	}
-	for _, fd := range pass {
-		g.decisions <- fd.dec
+	for i := range pass {
+		g.decisions.put(&pass[i].dec)
 	}
 }

@@ -27,7 +27,7 @@ type RuleErrorCounter interface {
 // groupedEvent counts a delivery whose handler failed with a GroupedError and returns the event
 // to log it with: a warning with the count held back for the first of its group per interval,
 // else debug. ok is false when err is not grouped.
-func (r *runner) groupedEvent(err error, dec Decision) (ev *zerolog.Event, ok bool) {
+func (r *runner) groupedEvent(err error, dec *Decision) (ev *zerolog.Event, ok bool) {
 	if err == nil {
 		return nil, false // before g, which errors.As moves to the heap: no allocation per ack
 	}

@@ -319,9 +319,9 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 	// Decided deliveries queue for the settler while it is busy with a round trip, so the next
 	// settle takes them all in one batch: one XACK for many ids, not one per message.
 	settleMax := settleBatch(caps.Batch)
-	decisions := make(chan Decision, settleMax)
+	decisions := newHandoff(settleMax)
 	returner, _ := p.Source.(Returner)
-	w := &workers{r: r, q: q, in: plainIntake(decisions), gate: r.gate, returner: returner, stop: stop, grace: grace}
+	w := &workers{r: r, q: q, in: plainIntake{decisions}, gate: r.gate, returner: returner, stop: stop, grace: grace}
 	if p.Flow != nil {
 		// Flow control admits deliveries in the queue, and releases their leases (flow.go).
 		w.in = newFlowGate(r, p.Flow, q, returner, decisions, stop, grace)
@@ -345,7 +345,7 @@ func (e *Engine) runPipeline(stop context.Context, p *Pipeline) error {
 	}()
 
 	w.run(p.Concurrency)
-	close(decisions)
+	decisions.close()
 	<-settled
 
 	err := <-received
@@ -406,7 +406,7 @@ func (r *runner) decide(ctx context.Context, d *Delivery, span Span) Decision {
 	// outcome other than ack or drop.
 	if r.policy.pastCap(d) {
 		dec, _ := r.policy.Before(d, time.Now())
-		r.logDecision(d, dec, nil)
+		r.logDecision(d, &dec, nil)
 		return dec
 	}
 
@@ -443,20 +443,20 @@ func (r *runner) decide(ctx context.Context, d *Delivery, span Span) Decision {
 		return dec
 	}
 	dec.Cause = res.Err
-	r.logDecision(d, dec, res.Err)
+	r.logDecision(d, &dec, res.Err)
 	return dec
 }
 
 // logDecision counts a decision and logs it: at warn when the handler failed or the delivery was
 // dead-lettered or rejected, else at debug.
-func (r *runner) logDecision(d *Delivery, dec Decision, err error) {
+func (r *runner) logDecision(d *Delivery, dec *Decision, err error) {
 	r.logDecisionAt(d, dec, err, false)
 }
 
 // logDecisionAt is logDecision; refused says err is a write Redis refused, already logged once
 // per interval (settler.refusedWrite): the delivery's own line is then at debug, unless it was
 // dead-lettered.
-func (r *runner) logDecisionAt(d *Delivery, dec Decision, err error, refused bool) {
+func (r *runner) logDecisionAt(d *Delivery, dec *Decision, err error, refused bool) {
 	r.tally.outcome(dec.Label)
 	var ev *zerolog.Event
 	grouped := false

@@ -61,26 +61,25 @@ func newSettler(r *runner, stop, grace context.Context, gate *holdGate, most int
 		refused: faultlog.New[faultKey](refusedInterval(r.e.opts.Progress))}
 }
 
-// run consumes decisions until the channel closes, then writes the held copies: at once after a
+// run consumes decisions until the handoff closes, then writes the held copies: at once after a
 // stop signal, else (a finite source ran out) as they come due, for at most shutdown_timeout.
-func (s *settler) run(decisions <-chan Decision) {
+func (s *settler) run(decisions *handoff) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		s.resetTimer(timer)
 		// While many resends wait, take no new decisions: workers block, reading pauses.
-		in := decisions
+		in := decisions.ready
 		if len(s.retry) >= s.max {
 			in = nil
 		}
 		select {
-		case dec, ok := <-in:
-			if !ok {
+		case <-in:
+			if s.collect(decisions) {
 				s.flushRetries()
 				s.finish()
 				return
 			}
-			s.collect(dec, decisions)
 		case <-timer.C:
 			now := time.Now()
 			if len(s.retry) > 0 && !now.Before(s.retryAt) {
@@ -99,34 +98,35 @@ func (s *settler) run(decisions <-chan Decision) {
 	}
 }
 
-// collect settles dec together with whatever else is already waiting.
-func (s *settler) collect(dec Decision, decisions <-chan Decision) {
-	s.batch = append(s.batch, dec)
-more:
-	for len(s.batch) < s.max {
-		select {
-		case d, ok := <-decisions:
-			if !ok {
-				break more
-			}
-			s.batch = append(s.batch, d)
-		default:
-			break more
-		}
+// collect settles every decision waiting in the handoff, in one batch (the handoff holds no
+// more than s.max); closed reports that no more come.
+func (s *settler) collect(decisions *handoff) (closed bool) {
+	s.batch, closed = decisions.take(s.batch)
+	if len(s.batch) == 0 {
+		return closed
 	}
 	s.emit(s.batch)
 	if len(s.retry) > 0 && time.Now().Before(s.retryAt) {
 		// Resends wait for their backoff; new decisions go now, on their own.
-		s.settleCall(s.batch)
+		for todo := s.batch; len(todo) > 0; {
+			n := min(len(todo), s.max)
+			s.settleCall(todo[:n])
+			todo = todo[n:]
+		}
+		clear(s.batch)
 		s.batch = s.batch[:0]
-		return
+		return closed
 	}
 	s.settle()
+	return closed
 }
 
-func (s *settler) drainAfterStop(decisions <-chan Decision) {
-	for dec := range decisions {
-		s.collect(dec, decisions)
+func (s *settler) drainAfterStop(decisions *handoff) {
+	for {
+		<-decisions.ready
+		if s.collect(decisions) {
+			return
+		}
 	}
 }
 
@@ -139,8 +139,9 @@ func (s *settler) flushRetries() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			s.settleWith(ctx, s.takeRetries())
 			cancel()
-			for _, d := range s.takeRetries() {
-				s.abandon(d, "settlement abandoned at shutdown")
+			left := s.takeRetries()
+			for i := range left {
+				s.abandon(&left[i], "settlement abandoned at shutdown")
 			}
 			return
 		}
@@ -304,7 +305,7 @@ func (s *settler) settleWith(ctx context.Context, decs []Decision) {
 			continue
 		}
 		s.r.metrics.SettleFailure(f.Reason)
-		s.toRetry(decs[f.Index], f)
+		s.toRetry(&decs[f.Index], f)
 	}
 	ok := decs[:0:0]
 	for i, d := range decs {
@@ -328,8 +329,8 @@ func (s *settler) settleWith(ctx context.Context, decs []Decision) {
 		if f.Permanent && failed[f.Index] {
 			failed[f.Index] = false // once per delivery
 			s.r.metrics.SettleFailure(f.Reason)
-			s.logPermanent(decs[f.Index], f)
-			s.abandon(decs[f.Index], "")
+			s.logPermanent(&decs[f.Index], f)
+			s.abandon(&decs[f.Index], "")
 		}
 	}
 }
@@ -342,7 +343,8 @@ func (s *settler) settled(decs []Decision) {
 		s.r.log.Info().Msg("settlement recovered")
 	}
 	pushed, dead := false, false
-	for _, d := range decs {
+	for i := range decs {
+		d := &decs[i]
 		switch d.Settlement.Action {
 		case ActRequeue, ActDelay:
 			s.r.tally.copies.Add(1)
@@ -368,11 +370,11 @@ func (s *settler) settled(decs []Decision) {
 }
 
 // toRetry queues a transiently failed decision for a resend after the backoff.
-func (s *settler) toRetry(d Decision, f Fault) {
+func (s *settler) toRetry(d *Decision, f Fault) {
 	if len(s.retry) == 0 {
 		s.retryAt = time.Now().Add(s.backoff())
 	}
-	s.retry = append(s.retry, d)
+	s.retry = append(s.retry, *d)
 	s.noteFailing(f, "settle")
 }
 
@@ -392,7 +394,7 @@ func (s *settler) noteFailing(f Fault, what string) {
 }
 
 // logPermanent logs a permanent fault at error once per command, key and reason.
-func (s *settler) logPermanent(d Decision, f Fault) {
+func (s *settler) logPermanent(d *Decision, f Fault) {
 	ev, first := s.r.permanentEvent(f, d.Settlement.Delivery)
 	if !first {
 		ev.Str("action", d.Settlement.Action.String()).Msg("settlement failed permanently")
@@ -403,7 +405,7 @@ func (s *settler) logPermanent(d Decision, f Fault) {
 }
 
 // abandon gives up on a decision, logging msg at error unless it is "" (runner.leaveUnsettled).
-func (s *settler) abandon(d Decision, msg string) {
+func (s *settler) abandon(d *Decision, msg string) {
 	if msg != "" {
 		withDelivery(s.r.log.Error(), d.Settlement.Delivery).Str("action", d.Settlement.Action.String()).Msg(msg)
 	}
@@ -434,7 +436,7 @@ func withDelivery(ev *zerolog.Event, d *Delivery) *zerolog.Event {
 // leaveUnsettled gives up on a decision after a permanent failure (of its settlement, or of the
 // flow-control mark that goes before it): the source forgets it, so its own rules bring it back,
 // and its held copy, if any, is never written.
-func (r *runner) leaveUnsettled(d Decision) {
+func (r *runner) leaveUnsettled(d *Decision) {
 	if d.Hold != nil {
 		r.gate.add(-1)
 	}
@@ -480,7 +482,8 @@ var errAbandoned = errors.New("settlement failed; delivery left unsettled")
 // that span's traceparent) and returns their ends, by decision; nil when none is traced.
 func settleSpans(decs []Decision) []func(error) {
 	var ends []func(error)
-	for i, d := range decs {
+	for i := range decs {
+		d := &decs[i]
 		if d.Span == nil {
 			continue
 		}

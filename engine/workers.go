@@ -9,8 +9,10 @@ import (
 // (plainIntake), or through flow control, which releases the delivery's lease first
 // (flowGate). Either way the workers take from the one Queue.
 type intake interface {
-	// done hands on a delivery's decision.
-	done(d *Delivery, dec Decision)
+	// done hands on a delivery's decision (copied: the caller reuses dec).
+	done(d *Delivery, dec *Decision)
+	// doneAll hands on the decisions of a push's first deliveries, decs[i] of ds[i].
+	doneAll(ds []*Delivery, decs []Decision)
 	// returned notes a delivery handed back to its source at a stop, never run.
 	returned(d *Delivery)
 	// finish is called once every worker has returned; it returns once every decision is
@@ -18,15 +20,16 @@ type intake interface {
 	finish()
 }
 
-// plainIntake sends decisions to the settler.
-type plainIntake chan<- Decision
+// plainIntake hands decisions to the settler.
+type plainIntake struct{ h *handoff }
 
-func (p plainIntake) done(_ *Delivery, dec Decision) { p <- dec }
-func (plainIntake) returned(*Delivery)               {}
-func (plainIntake) finish()                          {}
+func (p plainIntake) done(_ *Delivery, dec *Decision)        { p.h.put(dec) }
+func (p plainIntake) doneAll(_ []*Delivery, decs []Decision) { p.h.putAll(decs) }
+func (plainIntake) returned(*Delivery)                       {}
+func (plainIntake) finish()                                  {}
 
 var (
-	_ intake = plainIntake(nil)
+	_ intake = plainIntake{}
 	_ intake = (*flowGate)(nil)
 )
 
@@ -64,10 +67,8 @@ func (w *workers) inline(ds []*Delivery) int {
 		}
 		w.decs = append(w.decs, w.decide(d))
 	}
-	for i := range w.decs {
-		w.in.done(ds[i], w.decs[i])
-		w.decs[i] = Decision{} // the slice outlives the push: keep no message alive
-	}
+	w.in.doneAll(ds, w.decs)
+	clear(w.decs) // the slice outlives the push: keep no message alive
 	return len(w.decs)
 }
 
@@ -86,6 +87,9 @@ func (w *workers) run(n int) {
 }
 
 func (w *workers) work() {
+	// One decision per worker, reused: handed to the intake by pointer (it copies), so a
+	// message's decision is not copied on its way, nor moved to the heap by the interface call.
+	dec := new(Decision)
 	for {
 		// At max_held, take nothing new until copies come due (reading pauses); a stop ends the
 		// wait, since held copies are all written then.
@@ -106,6 +110,8 @@ func (w *workers) work() {
 			w.in.returned(d)
 			continue
 		}
-		w.in.done(d, w.decide(d))
+		*dec = w.decide(d)
+		w.in.done(d, dec)
+		*dec = Decision{} // keep no message alive while this worker waits
 	}
 }
