@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // startTimeout bounds how long a fresh redis-server may take to answer PING.
@@ -262,9 +263,13 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 	return c
 }
 
-// NewClient returns a go-redis client for the server; the caller closes it.
+// NewClient returns a go-redis client for the server; the caller closes it. Maintenance
+// notifications are off, as on flowrun's own clients (redisconn): in go-redis's auto mode a
+// connection whose handshake refuses them rewrites the client's options, racing any reader of
+// Options (a source that copies them for a reading client of its own).
 func (s *Server) NewClient() *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: s.Addr})
+	return redis.NewClient(&redis.Options{Addr: s.Addr,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 }
 
 // Running reports whether the server process is up and answering.
