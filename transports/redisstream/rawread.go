@@ -259,48 +259,52 @@ func (r *rawRead) autoClaimReply(s *Source) (next string, ds []*engine.Delivery,
 
 // pendingReply reads the reply of an extended XPENDING into ids and counts.
 func (r *rawRead) pendingReply() ([]redis.XPendingExt, error) {
-	n, err := r.rd.PendingReply(r.most)
-	if err != nil || n == 0 {
+	var out []redis.XPendingExt
+	err := r.pendingEntries(func(n int) { out = make([]redis.XPendingExt, n) },
+		func(i int, id string, idle time.Duration, count int64) {
+			out[i] = redis.XPendingExt{ID: id, Idle: idle, RetryCount: count}
+		})
+	if err != nil {
 		return nil, err
-	}
-	out := make([]redis.XPendingExt, n)
-	var blk byteBlock // the ids, as entries does
-	for i := range out {
-		p := &out[i]
-		id, err := r.rd.PendingID()
-		if err != nil {
-			return nil, err
-		}
-		p.ID = blk.string(id) // before the next read reuses the buffer
-		if p.Idle, p.RetryCount, err = r.rd.PendingCounts(); err != nil {
-			return nil, err
-		}
 	}
 	return out, nil
 }
 
 // idleReply reads the reply of a claiming pass's XPENDING into candidates, as pendingReply does.
 func (r *rawRead) idleReply() ([]candidate, error) {
-	n, err := r.rd.PendingReply(r.most)
-	if err != nil || n == 0 {
+	var out []candidate
+	err := r.pendingEntries(func(n int) { out = make([]candidate, n) },
+		func(i int, id string, idle time.Duration, count int64) {
+			out[i] = candidate{ID: id, count: count, idle: idle.Milliseconds()}
+		})
+	if err != nil {
 		return nil, err
 	}
-	out := make([]candidate, n)
+	return out, nil
+}
+
+// pendingEntries reads an extended XPENDING reply of up to r.most entries: alloc is told how
+// many there are (not called for none), then set each entry's id (its own string) and counts.
+func (r *rawRead) pendingEntries(alloc func(n int), set func(i int, id string, idle time.Duration, count int64)) error {
+	n, err := r.rd.PendingReply(r.most)
+	if err != nil || n == 0 {
+		return err
+	}
+	alloc(n)
 	var blk byteBlock // the ids, as entries does
-	for i := range out {
-		c := &out[i]
+	for i := range n {
 		id, err := r.rd.PendingID()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		c.ID = blk.string(id) // before the next read reuses the buffer
+		sid := blk.string(id) // before the next read reuses the buffer
 		idle, count, err := r.rd.PendingCounts()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		c.count, c.idle = count, idle.Milliseconds()
+		set(i, sid, idle, count)
 	}
-	return out, nil
+	return nil
 }
 
 // entries reads n stream entries into deliveries, allocated together; an entry whose data is
