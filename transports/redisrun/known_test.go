@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/flowrun/flowrun/engine"
@@ -208,5 +209,48 @@ func TestKnownRunsTakeOnceAndAgeOut(t *testing.T) {
 	k.put(&workflow.State{ID: "newer", Step: "b", Visit: 2})
 	if k.take(fmt.Sprint(2*half-1), 2) != nil || k.take("new", 2) == nil || k.take("newer", 2) == nil {
 		t.Error("a run outlived two generations of knownAge, or a newer one was dropped")
+	}
+}
+
+// A pure step's delivery that was delivered before (this consumer's own pending, read again
+// after a restart) is loaded, not started from what the process knows: only a first delivery is
+// sure to be the message the known transition wrote.
+func TestPureStepRedeliveryLoads(t *testing.T) {
+	e := newEnv(t)
+	e.s = NewStore(e.srv.Client(t), pureGraph())
+	o := StepOptions{Consumer: "p", Pure: true}
+	e.s.StepSource("a", o, zerolog.Nop()) // makes "a" pure
+	id, err := e.s.Begin(e.ctx, []byte(`{"n":7}`), "fp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.XGroupCreateMkStream(e.ctx, e.k.step("a"), "order", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Delivered to p once, as by a process that died before settling it.
+	if err := e.rdb.XReadGroup(e.ctx, &redis.XReadGroupArgs{Group: "order", Consumer: "p",
+		Streams: []string{e.k.step("a"), ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rdb.ConfigResetStat(e.ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var steps atomic.Value
+	stop := runPure(e.ctx, t, e.s, o, func(_ string, d *engine.Delivery) { steps.Store(fmt.Sprint(d.Run.Steps)) }, "a")
+	defer stop()
+	e.waitFor("the redelivery to enter b", 5*time.Second, func() bool {
+		n, err := e.rdb.XLen(e.ctx, e.k.step("b")).Result()
+		return err == nil && n == 1
+	})
+	loads := e.hgetalls()
+	stop()
+	if loads == 0 {
+		t.Error("a redelivered message started from the known run, unloaded")
+	}
+	if got := steps.Load(); got != "map[]" {
+		t.Errorf("the visit saw outputs %v, want none", got)
+	}
+	if e.s.known.cur.runs[id] == nil {
+		t.Error("the known run was taken by a redelivery")
 	}
 }
